@@ -1,0 +1,5 @@
+import sys
+
+from jaxeval.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Request objects, task configuration and the task engine."""

@@ -1,0 +1,88 @@
+"""Dataset loading for tasks: `datasets.load_dataset` with lm-eval's arguments, offline-friendly.
+
+    dataset_path: json
+    dataset_kwargs: {data_files: {test: shared/data/ai2_arc/ARC-Easy/test.jsonl}}
+
+`data_overrides` (the CLI's `--data_dir` / the API's `data_files=`) point a hub task at local files
+without editing its YAML: `{task_name: {split: path}}`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jaxeval.errors import JaxevalError
+
+_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
+
+
+def local_format(path: str) -> str:
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in _FORMATS:
+        raise JaxevalError(f"cannot tell the format of {path}; use one of {sorted(_FORMATS)}")
+    return _FORMATS[ext]
+
+
+def load_task_dataset(
+    *,
+    task: str,
+    dataset_path: str | None,
+    dataset_name: str | None,
+    dataset_kwargs: dict | None,
+    data_files: dict[str, str] | None = None,
+) -> Any:
+    """Returns a `datasets.DatasetDict` (or the local-files equivalent) for one task."""
+    import datasets
+
+    kwargs = dict(dataset_kwargs or {})
+    kwargs.pop("trust_remote_code", None)  # not supported by datasets >= 4
+    path, name = dataset_path, dataset_name
+    if data_files:
+        missing = [p for p in data_files.values() if not os.path.exists(p)]
+        if missing:
+            raise JaxevalError(f"local data file(s) not found: {', '.join(missing)}", task=task,
+                               field="data_files")
+        formats = {local_format(p) for p in data_files.values()}
+        if len(formats) != 1:
+            raise JaxevalError(f"mixed local file formats {sorted(formats)}", task=task, field="data_files")
+        path, name = formats.pop(), None
+        kwargs = {"data_files": dict(data_files)}
+    if not path:
+        raise JaxevalError("no dataset_path", task=task, field="dataset_path",
+                           hint="set dataset_path (a hub id, or json/csv/parquet with dataset_kwargs.data_files)")
+    try:
+        return datasets.load_dataset(path=path, name=name, **kwargs)
+    except Exception as e:  # datasets raises many types; we only add context
+        offline = os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
+        hint = ("the hub is unreachable or offline; point the task at local files with "
+                "--data_dir / data_files (see docs/tasks.md)" if offline or "connect" in str(e).lower()
+                else "check dataset_path, dataset_name and dataset_kwargs")
+        raise JaxevalError(f"could not load dataset '{path}' (name={name!r}): {type(e).__name__}: {e}",
+                           task=task, field="dataset_path", hint=hint) from None
+
+
+def find_local_files(data_dir: str, *, dataset_path: str | None, dataset_name: str | None,
+                     splits: list[str]) -> dict[str, str] | None:
+    """Maps a hub task onto local files laid out like the hub repository (`--data_dir DIR`).
+
+    For `dataset_path: allenai/ai2_arc`, `dataset_name: ARC-Easy`, split `test` it looks for
+    `DIR/ai2_arc/ARC-Easy/test.jsonl`, then `DIR/ai2_arc/test.jsonl` (also .json, .csv, .parquet).
+    Returns {split: path} for the splits found, or None when none is.
+    """
+    if not dataset_path:
+        return None
+    base = os.path.join(data_dir, dataset_path.rstrip("/").split("/")[-1])
+    folders = [os.path.join(base, dataset_name)] if dataset_name else []
+    folders.append(base)
+    for folder in folders:
+        found = {}
+        for split in splits:
+            for ext in (".jsonl", ".json", ".csv", ".parquet"):
+                candidate = os.path.join(folder, split + ext)
+                if os.path.isfile(candidate):
+                    found[split] = candidate
+                    break
+        if found:
+            return found
+    return None

@@ -1,0 +1,281 @@
+"""`jaxeval`: lm_eval's command line, so a user switches by renaming the command.
+
+    jaxeval run --model jax --model_args pretrained=DIR,dtype=bfloat16 --tasks arc_easy,mmlu \\
+        --num_fewshot 5 --batch_size auto --output_path out/ --log_samples
+    jaxeval --model hf --model_args pretrained=DIR --tasks lambada_openai   (legacy form: `run` implied)
+    jaxeval ls tasks | groups | tags | subtasks        jaxeval tasks        jaxeval validate --tasks T
+    jaxeval demo                                        (offline: tiny model + bundled task)
+
+Bad input prints one paragraph (what, where, what to do) and exits 2; no results file is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from jaxeval.errors import JaxevalError
+
+log = logging.getLogger("jaxeval")
+SUBCOMMANDS = ("run", "ls", "tasks", "validate", "demo")
+
+
+def _limit(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--limit {text!r} is not a number") from None
+
+
+def _batch_size(text: str) -> str | int:
+    if text == "auto" or text.startswith("auto:"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--batch_size {text!r}: give an integer, 'auto' or 'auto:N'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("--batch_size must be at least 1")
+    return value
+
+
+def _bool_flag(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+def _seeds(text: str) -> list[int | None]:
+    parts = text.split(",")
+    if len(parts) == 1:
+        parts = parts * 4
+    if len(parts) != 4:
+        raise argparse.ArgumentTypeError("--seed takes one integer or four comma-separated values")
+    out: list[int | None] = []
+    for p in parts:
+        if p.strip().lower() == "none":
+            out.append(None)
+            continue
+        try:
+            out.append(int(p))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--seed value {p!r} is not an integer or None") from None
+    return out
+
+
+def run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jaxeval run", description="Evaluate a model on tasks.")
+    a = p.add_argument
+    a("--config", "-C", default=None, help="YAML file with arguments (command line wins)")
+    a("--model", "-M", default="jax", help="model name: jax (alias hf)")
+    a("--model_args", "-a", default="", help="k=v,k2=v2 or a JSON object")
+    a("--tasks", "-t", default=None, help="task, group or tag names, YAML paths, comma-separated")
+    a("--num_fewshot", "-f", type=int, default=None)
+    a("--batch_size", "-b", type=_batch_size, default=1)
+    a("--max_batch_size", type=int, default=None)
+    a("--device", default=None, help="accepted for lm_eval compatibility; jaxeval uses the JAX devices")
+    a("--output_path", "-o", default=None)
+    a("--limit", "-L", type=_limit, default=None)
+    a("--samples", "-E", default=None, help='JSON {"task": [doc indices]} or a file holding it')
+    a("--use_cache", "-c", default=None, help="sqlite response cache path prefix")
+    a("--cache_requests", nargs="?", const="true", choices=["true", "refresh", "delete"], default=None)
+    a("--check_integrity", action="store_true", help="validate the tasks (render every request) first")
+    a("--write_out", "-w", action="store_true")
+    a("--log_samples", "-s", action="store_true")
+    a("--system_instruction", default=None)
+    a("--apply_chat_template", nargs="?", const=True, default=False)
+    a("--fewshot_as_multiturn", nargs="?", const=True, type=_bool_flag, default=None)
+    a("--show_config", action="store_true")
+    a("--include_path", default=None)
+    a("--data_dir", default=None, help="local copies of hub datasets, laid out DIR/<repo>/[<config>/]<split>.jsonl")
+    a("--gen_kwargs", nargs="*", default=None, help="k=v pairs merged into every generation task")
+    a("--verbosity", "-v", default=None)
+    a("--predict_only", "-x", action="store_true")
+    a("--seed", type=_seeds, default=[0, 1234, 1234, 1234])
+    a("--trust_remote_code", action="store_true")
+    a("--confirm_run_unsafe_code", action="store_true")
+    a("--metadata", default=None, help="JSON merged into every task's metadata")
+    a("--bootstrap_iters", type=int, default=100000)
+    return p
+
+
+def _apply_config_file(args: argparse.Namespace, argv: list[str]) -> None:
+    if not args.config:
+        return
+    import yaml
+
+    try:
+        with open(args.config, encoding="utf-8") as fh:
+            values = yaml.safe_load(fh) or {}
+    except OSError as e:
+        raise JaxevalError(f"cannot read --config: {e}", file=args.config) from None
+    given = {tok.lstrip("-").split("=")[0] for tok in argv if tok.startswith("-")}
+    for key, value in values.items():
+        if not hasattr(args, key):
+            raise JaxevalError("unknown key in --config file", file=args.config, field=key)
+        if key not in given:
+            setattr(args, key, value)
+
+
+def _parse_samples(text: str | None) -> dict[str, list[int]] | None:
+    if text is None:
+        return None
+    raw = open(text, encoding="utf-8").read() if os.path.isfile(text) else text
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise JaxevalError(f"--samples is not valid JSON: {e}", field="samples") from None
+    if not isinstance(value, dict) or not all(isinstance(v, list) for v in value.values()):
+        raise JaxevalError('--samples must map task names to lists of indices, e.g. {"arc_easy": [0, 3]}',
+                           field="samples")
+    return value
+
+
+def cmd_run(argv: list[str]) -> int:
+    from jaxeval.api.task_manager import TaskManager
+    from jaxeval.evaluator import simple_evaluate
+    from jaxeval.lm.args import parse_model_args
+    from jaxeval.output import make_table, save_results
+
+    args = run_parser().parse_args(argv)
+    _apply_config_file(args, argv)
+    if args.verbosity:
+        logging.getLogger().setLevel(args.verbosity.upper())
+    if not args.tasks:
+        raise JaxevalError("no tasks given", field="tasks", hint="pass --tasks, or run `jaxeval ls tasks`")
+    if args.predict_only:
+        args.log_samples = True
+    if args.log_samples and not args.output_path:
+        raise JaxevalError("--log_samples (and --predict_only) need --output_path", field="output_path")
+    if args.fewshot_as_multiturn and not args.apply_chat_template:
+        raise JaxevalError("--fewshot_as_multiturn needs --apply_chat_template", field="fewshot_as_multiturn")
+    fewshot_as_multiturn = args.fewshot_as_multiturn
+    if fewshot_as_multiturn is None:
+        fewshot_as_multiturn = bool(args.apply_chat_template)
+    if args.trust_remote_code:
+        os.environ["HF_DATASETS_TRUST_REMOTE_CODE"] = "1"
+        args.model_args = _add_model_arg(args.model_args, "trust_remote_code", True)
+    metadata = json.loads(args.metadata) if args.metadata else None
+    task_list = [t.strip() for t in args.tasks.split(",") if t.strip()] if isinstance(args.tasks, str) \
+        else list(args.tasks)
+    gen_kwargs = ",".join(args.gen_kwargs) if args.gen_kwargs else None
+    meta = {**parse_model_args(args.model_args), **(metadata or {})}
+    tm = TaskManager(args.include_path, metadata=meta, data_dir=args.data_dir)
+    samples = _parse_samples(args.samples)
+    if args.check_integrity:
+        _validate(tm, task_list)
+    if args.cache_requests:
+        log.warning("--cache_requests: building requests is fast in jaxeval; requests are rebuilt each run")
+    start = time.time()
+    results = simple_evaluate(
+        model=args.model, model_args=args.model_args, tasks=task_list, num_fewshot=args.num_fewshot,
+        batch_size=args.batch_size, max_batch_size=args.max_batch_size, device=args.device,
+        use_cache=args.use_cache, limit=args.limit, samples=samples, bootstrap_iters=args.bootstrap_iters,
+        write_out=args.write_out, log_samples=args.log_samples, system_instruction=args.system_instruction,
+        apply_chat_template=args.apply_chat_template, fewshot_as_multiturn=fewshot_as_multiturn,
+        gen_kwargs=gen_kwargs, task_manager=tm, predict_only=args.predict_only,
+        random_seed=args.seed[0], numpy_random_seed=args.seed[1], torch_random_seed=args.seed[2],
+        fewshot_random_seed=args.seed[3], confirm_run_unsafe_code=args.confirm_run_unsafe_code,
+        metadata=metadata,
+    )
+    if results is None:
+        return 0
+    if args.show_config:
+        shown = {k: v for k, v in results.items() if k != "samples"}
+        print(json.dumps(shown, indent=2, default=str, ensure_ascii=False))
+    if args.output_path:
+        path = save_results(results, args.output_path, model_args=args.model_args, model_source=args.model,
+                            system_instruction=args.system_instruction,
+                            fewshot_as_multiturn=fewshot_as_multiturn if args.apply_chat_template else None,
+                            start_time=start)
+        print(f"Results written to {path}")
+    print(f"{args.model} ({args.model_args}), gen_kwargs: ({gen_kwargs}), limit: {args.limit}, "
+          f"num_fewshot: {args.num_fewshot}, batch_size: {args.batch_size}")
+    print(make_table(results))
+    if "groups" in results:
+        print(make_table(results, "groups"))
+    return 0
+
+
+def _add_model_arg(model_args: str, key: str, value: Any) -> str:
+    if model_args.strip().startswith("{"):
+        d = json.loads(model_args)
+        d[key] = value
+        return json.dumps(d)
+    return f"{model_args},{key}={value}" if model_args else f"{key}={value}"
+
+
+def _validate(tm: Any, task_list: list[str]) -> None:
+    loaded = tm.load(task_list)
+    for task in loaded.tasks.values():
+        task.build_all_requests(limit=None)
+        print(f"{task.name}: {len(task.instances)} requests from {len(task.eval_docs)} documents: OK")
+
+
+def cmd_ls(argv: list[str]) -> int:
+    from jaxeval.api.task_manager import Kind, TaskManager
+
+    p = argparse.ArgumentParser(prog="jaxeval ls")
+    p.add_argument("what", nargs="?", default="tasks", choices=["tasks", "groups", "tags", "subtasks"])
+    p.add_argument("--include_path", default=None)
+    args = p.parse_args(argv)
+    tm = TaskManager(args.include_path)
+    kinds = {"tasks": None, "groups": Kind.GROUP, "tags": Kind.TAG, "subtasks": Kind.TASK}
+    rows = [r for r in tm.listing() if kinds[args.what] is None or r[1] == kinds[args.what].value]
+    width = max((len(r[0]) for r in rows), default=4)
+    print(f"{'name'.ljust(width)}  kind   source")
+    for name, kind, where in rows:
+        print(f"{name.ljust(width)}  {kind.ljust(5)}  {where}")
+    return 0
+
+
+def cmd_validate(argv: list[str]) -> int:
+    from jaxeval.api.task_manager import TaskManager
+
+    p = argparse.ArgumentParser(prog="jaxeval validate")
+    p.add_argument("--tasks", "-t", required=True)
+    p.add_argument("--include_path", default=None)
+    p.add_argument("--data_dir", default=None)
+    args = p.parse_args(argv)
+    _validate(TaskManager(args.include_path, data_dir=args.data_dir), args.tasks.split(","))
+    return 0
+
+
+def cmd_demo(argv: list[str]) -> int:
+    from jaxeval.demo import main as demo_main
+
+    return demo_main(argv)
+
+
+COMMANDS = {"run": cmd_run, "ls": cmd_ls, "tasks": lambda argv: cmd_ls(["tasks", *argv]),
+            "validate": cmd_validate, "demo": cmd_demo}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=os.environ.get("JAXEVAL_LOG_LEVEL", "WARNING").upper(),
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    command = argv[0] if argv[0] in SUBCOMMANDS else "run"
+    rest = argv[1:] if argv[0] in SUBCOMMANDS else argv
+    try:
+        return COMMANDS[command](rest)
+    except JaxevalError as e:
+        print(f"jaxeval: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("jaxeval: interrupted; no results file was written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

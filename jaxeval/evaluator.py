@@ -1,0 +1,290 @@
+"""`simple_evaluate` and `evaluate`, with lm-eval's signatures and semantics.
+
+    results = jaxeval.simple_evaluate(model="jax", model_args="pretrained=/ckpt,dtype=float32",
+                                      tasks=["arc_easy"], num_fewshot=0, limit=100)
+    results["results"]["arc_easy"]["acc,none"]
+
+Requests of one type from all tasks go to the model in one call (the model packs and buckets them);
+`repeats` are expanded consecutively; every request must come back exactly once.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+import math
+import random
+import time
+from typing import Any
+
+import numpy as np
+
+from jaxeval.api.instance import REQUEST_TYPES, Instance
+from jaxeval.api.task_manager import LoadedTasks, TaskManager
+from jaxeval.errors import JaxevalError
+from jaxeval.lm.args import parse_model_args
+from jaxeval.lm.base import LM, MODELS
+from jaxeval.results import TaskAccumulator, build_results
+
+log = logging.getLogger(__name__)
+
+
+def sample_size(num_docs: int, limit: int | float | None, task: str) -> int | None:
+    """lm-eval's `get_sample_size`, with out-of-range limits rejected instead of ignored."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0 or math.isnan(limit):
+        raise JaxevalError(f"--limit {limit!r} is out of range", task=task, field="limit",
+                           hint="give a positive integer (documents) or a fraction in (0, 1)")
+    if limit < 1.0:
+        return int(math.ceil(num_docs * limit))
+    if float(limit) != int(limit):
+        raise JaxevalError(f"--limit {limit!r} is neither a whole number nor a fraction below 1",
+                           task=task, field="limit")
+    return int(limit)
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)
+
+
+def run_requests(lm: Any, instances: list[Instance]) -> None:
+    """Sends each request type once to the model (repeats expanded) and fills `resps` in order."""
+    by_type: dict[str, list[Instance]] = collections.defaultdict(list)
+    for inst in instances:
+        by_type[inst.request_type].append(inst)
+    for kind in REQUEST_TYPES:
+        reqs = by_type.get(kind)
+        if not reqs:
+            continue
+        cloned = [r for r in reqs for _ in range(r.repeats or 1)]
+        log.info("running %d %s requests", len(cloned), kind)
+        resps = getattr(lm, kind)(cloned)
+        if len(resps) != len(cloned):
+            raise RuntimeError(f"the model answered {len(resps)} of {len(cloned)} {kind} requests")
+        for resp, req in zip(resps, cloned):
+            req.resps.append(resp)
+
+
+def evaluate(
+    lm: Any,
+    task_dict: LoadedTasks,
+    limit: int | float | None = None,
+    samples: dict[str, list[int]] | None = None,
+    cache_requests: bool = False,
+    rewrite_requests_cache: bool = False,
+    bootstrap_iters: int | None = 100000,
+    write_out: bool = False,
+    log_samples: bool = True,
+    system_instruction: str | None = None,
+    apply_chat_template: bool | str = False,
+    fewshot_as_multiturn: bool = False,
+    verbosity: str | None = None,
+    confirm_run_unsafe_code: bool = False,
+) -> dict[str, Any] | None:
+    """Builds every task's requests, runs them through `lm`, filters, scores and aggregates."""
+    if limit is not None and samples is not None:
+        raise JaxevalError("--limit and --samples cannot be used together", field="limit")
+    tasks, groups = task_dict.tasks, task_dict.groups
+    for name, task in tasks.items():
+        if task.config.unsafe_code and not confirm_run_unsafe_code:
+            raise JaxevalError("the task runs untrusted code", task=name, field="unsafe_code",
+                               hint="pass --confirm_run_unsafe_code if you accept that")
+        if task.config.doc_to_image is not None or task.config.doc_to_audio is not None:
+            raise JaxevalError("multimodal tasks are not supported by jaxeval models", task=name)
+    if samples:
+        unknown = sorted(set(samples) - set(tasks))
+        if unknown:
+            raise JaxevalError(f"--samples names tasks that are not being run: {unknown}", field="samples")
+    limits: dict[str, int | None] = {}
+    all_instances: list[Instance] = []
+    chat = getattr(lm, "apply_chat_template", None) if apply_chat_template else None
+    for name, task in tasks.items():
+        limits[name] = sample_size(len(task.eval_docs), limit, name)
+        task.build_all_requests(
+            limit=limits[name], samples=(samples or {}).get(name), rank=lm.rank, world_size=lm.world_size,
+            system_instruction=system_instruction, apply_chat_template=bool(apply_chat_template),
+            fewshot_as_multiturn=fewshot_as_multiturn, chat_template=chat,
+        )
+        if write_out:
+            first = task.instances[0]
+            print(f"Task: {name}; document {first.doc_id}; context prompt:\n{first.args[0]}\n"
+                  f"(end of prompt)\ntarget: {task.doc_to_target(first.doc)}\nRequest: {first}")
+        all_instances += task.instances
+    run_requests(lm, all_instances)
+    accs: dict[str, TaskAccumulator] = {}
+    for name, task in tasks.items():
+        acc = accs[name] = TaskAccumulator(task)
+        task.apply_filters()
+        by_doc: dict[int, list[Instance]] = collections.defaultdict(list)
+        for inst in task.instances:
+            by_doc[inst.doc_id].append(inst)
+        for insts in by_doc.values():
+            insts.sort(key=lambda x: x.idx)
+        indices = (samples or {}).get(name)
+        for flt in task.instances[0].filtered_resps:
+            for doc_id, doc in task.doc_iterator(limit=limits[name], samples=indices,
+                                                 rank=lm.rank, world_size=lm.world_size):
+                reqs = by_doc[doc_id]
+                metrics = task.process_results(doc, [r.filtered_resps[flt] for r in reqs], doc_index=doc_id)
+                if log_samples:
+                    target = task.doc_to_target(doc)
+                    record = {
+                        "doc_id": indices[doc_id] if indices else doc_id,
+                        "doc": doc,
+                        "target": target,
+                        "arguments": [r.args for r in reqs],
+                        "resps": [r.resps for r in reqs],
+                        "filtered_resps": [r.filtered_resps[flt] for r in reqs],
+                        "filter": flt,
+                        "metrics": list(metrics),
+                        "doc_hash": _hash(json.dumps(reqs[0].doc, indent=2, default=_jsonable,
+                                                     ensure_ascii=False)),
+                        "prompt_hash": _hash(reqs[0].arguments[0]),
+                        "target_hash": _hash(str(target)),
+                    }
+                    record.update(metrics)
+                    acc.samples.append(record)
+                for metric, value in metrics.items():
+                    acc.raw_metrics.setdefault((metric, flt), []).append(value)
+    if lm.rank != 0:
+        return None
+    return build_results(accs, groups, bootstrap_iters, log_samples=log_samples)
+
+
+def _make_lm(model: Any, model_args: Any, batch_size: Any, max_batch_size: Any, device: Any) -> LM:
+    if not isinstance(model, str):
+        if not all(hasattr(model, m) for m in REQUEST_TYPES):
+            raise JaxevalError(f"model of type {type(model).__name__} is not a jaxeval LM",
+                               hint="pass a model name such as 'jax', or an object with the three request methods")
+        return model
+    _register_builtin_models()
+    cls = MODELS.get(model)
+    extra = {"batch_size": batch_size, "max_batch_size": max_batch_size, "device": device}
+    args = parse_model_args(model_args)
+    return cls(**args, **{k: v for k, v in extra.items() if v is not None})
+
+
+def _register_builtin_models() -> None:
+    try:
+        import jaxeval.lm.jax_lm  # noqa: F401  (registers "jax" and "hf")
+    except ImportError as e:  # pragma: no cover - only while the JAX model is missing
+        log.debug("JAX model adapter unavailable: %s", e)
+
+
+def simple_evaluate(
+    model: Any,
+    model_args: str | dict | None = None,
+    tasks: list[Any] | None = None,
+    num_fewshot: int | None = None,
+    batch_size: int | str | None = None,
+    max_batch_size: int | None = None,
+    device: str | None = None,
+    use_cache: str | None = None,
+    cache_requests: bool = False,
+    rewrite_requests_cache: bool = False,
+    delete_requests_cache: bool = False,
+    limit: int | float | None = None,
+    samples: dict[str, list[int]] | None = None,
+    bootstrap_iters: int = 100000,
+    check_integrity: bool = False,
+    write_out: bool = False,
+    log_samples: bool = True,
+    evaluation_tracker: Any = None,
+    system_instruction: str | None = None,
+    apply_chat_template: bool | str = False,
+    fewshot_as_multiturn: bool = True,
+    gen_kwargs: str | dict | None = None,
+    task_manager: TaskManager | None = None,
+    verbosity: str | None = None,
+    predict_only: bool = False,
+    random_seed: int | None = 0,
+    numpy_random_seed: int | None = 1234,
+    torch_random_seed: int | None = 1234,
+    fewshot_random_seed: int | None = 1234,
+    confirm_run_unsafe_code: bool = False,
+    metadata: dict | None = None,
+) -> dict[str, Any] | None:
+    """Builds the model and tasks, applies run-time overrides, evaluates, adds run metadata."""
+    start = time.time()
+    if limit is not None and samples is not None:
+        raise JaxevalError("--limit and --samples cannot be used together", field="limit")
+    if not tasks:
+        raise JaxevalError("no tasks given", field="tasks", hint="pass --tasks NAME[,NAME...]")
+    if random_seed is not None:
+        random.seed(random_seed)
+    if numpy_random_seed is not None:
+        np.random.seed(numpy_random_seed)
+    if isinstance(gen_kwargs, str):
+        gen_kwargs = parse_model_args(gen_kwargs) or None
+    if task_manager is None:
+        meta = parse_model_args(model_args) if isinstance(model_args, str) else dict(model_args or {})
+        task_manager = TaskManager(metadata={**meta, **(metadata or {})})
+    loaded = task_manager.load(list(tasks))
+    lm = _make_lm(model, model_args, batch_size, max_batch_size, device)
+    if use_cache is not None:
+        from jaxeval.cache import CachingLM
+
+        lm = CachingLM(lm, f"{use_cache}_rank{lm.rank}.db")
+    for task in loaded.tasks.values():
+        if task.config.output_type == "generate_until" and gen_kwargs:
+            task.set_config(generation_kwargs={**(task.config.generation_kwargs or {}), **gen_kwargs})
+        if predict_only:
+            from jaxeval.api import scoring
+
+            scoring.override_metric(task, "bypass")
+        if num_fewshot is not None:
+            if task.config.num_fewshot == 0:
+                log.info("num_fewshot is pinned to 0 for %s; ignoring --num_fewshot", task.name)
+            else:
+                task.set_config(num_fewshot=num_fewshot)
+        elif task.config.num_fewshot is None:
+            task.set_config(num_fewshot=0)
+        task.set_fewshot_seed(fewshot_random_seed)
+    results = evaluate(
+        lm, loaded, limit=limit, samples=samples, cache_requests=cache_requests,
+        rewrite_requests_cache=rewrite_requests_cache, bootstrap_iters=bootstrap_iters,
+        write_out=write_out, log_samples=True if predict_only else log_samples,
+        system_instruction=system_instruction, apply_chat_template=apply_chat_template,
+        fewshot_as_multiturn=fewshot_as_multiturn, confirm_run_unsafe_code=confirm_run_unsafe_code,
+    )
+    if results is None:
+        return None
+    base = lm.lm if hasattr(lm, "lm") and not isinstance(lm, LM) else lm
+    results["config"] = {
+        "model": model if isinstance(model, str) else type(model).__name__,
+        "model_args": model_args,
+        **(base.model_info() if hasattr(base, "model_info") else {}),
+        "batch_size": batch_size,
+        "batch_sizes": list(getattr(base, "batch_sizes", {}).values()) if isinstance(
+            getattr(base, "batch_sizes", None), dict) else [],
+        "device": device,
+        "use_cache": use_cache,
+        "limit": limit,
+        "bootstrap_iters": bootstrap_iters,
+        "gen_kwargs": gen_kwargs,
+        "random_seed": random_seed,
+        "numpy_seed": numpy_random_seed,
+        "torch_seed": torch_random_seed,
+        "fewshot_seed": fewshot_random_seed,
+    }
+    from jaxeval.run_info import environment_info, tokenizer_info
+
+    env = environment_info()
+    results["git_hash"] = env.pop("git_hash")
+    results["date"] = start
+    results.update(env)
+    results.update(tokenizer_info(base))
+    return results

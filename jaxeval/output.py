@@ -1,0 +1,183 @@
+"""Results on disk and on screen: lm-eval's file names and schema, written atomically; the table.
+
+    --output_path out/            -> out/<model_sanitized>/results_<date>.json
+                                     out/<model_sanitized>/samples_<task>_<date>.jsonl
+    --output_path out/run.json    -> out/run_<date>.json (+ samples next to it)
+
+Every file is written to a temporary name in the same folder and renamed into place, samples first,
+results last, so an interrupted run never leaves a half-written or misleading results file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HIGHER_IS_BETTER_SYMBOLS = {True: "↑", False: "↓"}
+_MODEL_NAME_KEYS = ("peft", "delta", "pretrained", "model", "path", "engine")
+
+
+def handle_non_serializable(obj: Any) -> Any:
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, set):
+        return list(obj)
+    return str(obj)
+
+
+def sanitize_list(value: Any) -> Any:
+    """Nested lists/tuples of responses -> lists of strings (what lm-eval writes to samples)."""
+    if isinstance(value, (list, tuple)):
+        return [sanitize_list(v) for v in value]
+    return str(value)
+
+
+def model_name(model_args: Any) -> str:
+    from jaxeval.lm.args import parse_model_args
+
+    args = parse_model_args(model_args) if not isinstance(model_args, dict) else model_args
+    for key in _MODEL_NAME_KEYS:
+        if args.get(key):
+            return str(args[key])
+    return ""
+
+
+def sanitize_model_name(name: str) -> str:
+    return re.sub(r"[\"<>:/|\\?*\[\]]+", "__", name)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _sample_line(sample: dict) -> str:
+    sample = dict(sample)
+    sample["arguments"] = {f"gen_args_{i}": {f"arg_{j}": a for j, a in enumerate(args)}
+                           for i, args in enumerate(sample["arguments"])}
+    sample["resps"] = sanitize_list(sample["resps"])
+    sample["filtered_resps"] = sanitize_list(sample["filtered_resps"])
+    sample["target"] = str(sample["target"])
+    return json.dumps(sample, default=handle_non_serializable, ensure_ascii=False)
+
+
+def save_results(results: dict, output_path: str, *, model_args: Any, model_source: str,
+                 system_instruction: str | None = None, fewshot_as_multiturn: bool | None = None,
+                 chat_template: str | None = None, start_time: float | None = None) -> Path:
+    """Writes samples jsonl files (if present in `results`) and the results JSON; returns its path."""
+    results = dict(results)
+    samples = results.pop("samples", None) or {}
+    name = model_name(model_args)
+    sha = (lambda s: hashlib.sha256(s.encode("utf-8")).hexdigest() if s else None)
+    results["task_hashes"] = {
+        task: hashlib.sha256("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"]
+                                     for s in rows).encode("utf-8")).hexdigest()
+        for task, rows in samples.items()
+    }
+    results.update({
+        "model_source": model_source,
+        "model_name": name,
+        "model_name_sanitized": sanitize_model_name(name),
+        "system_instruction": system_instruction,
+        "system_instruction_sha": sha(system_instruction),
+        "fewshot_as_multiturn": fewshot_as_multiturn,
+        "chat_template": chat_template,
+        "chat_template_sha": sha(chat_template),
+        "total_evaluation_time_seconds": None if start_time is None else str(
+            datetime.datetime.now().timestamp() - start_time),
+    })
+    date_id = datetime.datetime.now().isoformat().replace(":", "-")
+    path = Path(output_path)
+    if path.suffix == ".json":
+        folder, results_file = path.parent, path.with_name(f"{path.stem}_{date_id}.json")
+    else:
+        folder = path / sanitize_model_name(name)
+        results_file = folder / f"results_{date_id}.json"
+    text = json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False)
+    for task, rows in samples.items():
+        atomic_write(folder / f"samples_{task}_{date_id}.jsonl",
+                     "".join(_sample_line(r) + "\n" for r in rows))
+    atomic_write(results_file, text)
+    return results_file
+
+
+def _hierarchy(group_subtasks: dict[str, list[str]], keys: set[str]) -> tuple[dict[str, int], list[str]]:
+    depth: dict[str, int] = {}
+    order: list[str] = []
+
+    def visit(name: str, d: int) -> None:
+        depth[name] = d
+        if name in keys:
+            order.append(name)
+        for child in sorted(group_subtasks.get(name, [])):
+            visit(child, d + 1)
+
+    children = {c for cs in group_subtasks.values() for c in cs}
+    for name in sorted(group_subtasks):
+        if name not in children:
+            visit(name, 0)
+    order += [k for k in sorted(keys) if k not in depth]
+    return depth, order
+
+
+def make_table(results: dict, column: str = "results") -> str:
+    """The markdown table lm-eval prints: Tasks|Version|Filter|n-shot|Metric| |Value| |Stderr."""
+    headers = ["Groups" if column == "groups" else "Tasks", "Version", "Filter", "n-shot", "Metric",
+               "", "Value", "", "Stderr"]
+    rows: list[list[str]] = []
+    depth, order = _hierarchy(results.get("group_subtasks", {}), set(results[column]))
+    for key in order:
+        entry = dict(results[column][key])
+        version = str(results["versions"].get(key, "    N/A"))
+        shots = str(results.get("n-shot", {}).get(key, " "))
+        hib = results.get("higher_is_better", {}).get(key, {})
+        name = entry.pop("alias", key)
+        for k in ("name", "sample_len", "sample_count"):
+            entry.pop(k, None)
+        if depth.get(key, 0) > 0:
+            name = " " * depth[key] + "- " + name
+        for mf, value in sorted(entry.items()):
+            metric, _, flt = mf.partition(",")
+            if metric.endswith("_stderr"):
+                continue
+            shown = f"{value:.4f}" if isinstance(value, float) else str(value)
+            arrow = HIGHER_IS_BETTER_SYMBOLS.get(hib.get(metric), "")
+            se_key = f"{metric}_stderr,{flt}"
+            if se_key in entry:
+                se = entry[se_key]
+                rows.append([name, version, flt, shots, metric, arrow, shown, "±",
+                             "   N/A" if se == "N/A" else f"{se:.4f}"])
+            else:
+                rows.append([name, version, flt, shots, metric, arrow, shown, "", ""])
+            name, version = "", ""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    right = {6, 8}
+
+    def line(cells: list[str]) -> str:
+        return "|" + "|".join((c.rjust(w) if i in right else c.ljust(w)) for i, (c, w) in
+                              enumerate(zip(cells, widths))) + "|"
+
+    sep = "|" + "|".join(("-" * (w - 1) + ":") if i in right else "-" * w for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(headers), sep, *(line(r) for r in rows)]) + "\n"
