@@ -34,4 +34,13 @@ class JaxevalError(Exception):
         if hint:
             text = f"{text}\n  What to do: {hint}"
         super().__init__(text)
+        self.message = message
         self.task, self.file, self.field, self.doc, self.hint = task, file, field, doc, hint
+
+    def located(self, **where: object) -> JaxevalError:
+        """The same error with missing location parts (task, file, field, doc) filled in."""
+        parts = {k: getattr(self, k) for k in ("task", "file", "field", "doc")}
+        for key, value in where.items():
+            if parts.get(key) is None:
+                parts[key] = value
+        return JaxevalError(self.message, hint=self.hint, **parts)  # type: ignore[arg-type]

@@ -44,6 +44,10 @@ def sanitize_list(value: Any) -> Any:
     return str(value)
 
 
+def _sha(text: str | None) -> str | None:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest() if text else None
+
+
 def model_name(model_args: Any) -> str:
     from jaxeval.lm.args import parse_model_args
 
@@ -90,7 +94,6 @@ def save_results(results: dict, output_path: str, *, model_args: Any, model_sour
     results = dict(results)
     samples = results.pop("samples", None) or {}
     name = model_name(model_args)
-    sha = (lambda s: hashlib.sha256(s.encode("utf-8")).hexdigest() if s else None)
     results["task_hashes"] = {
         task: hashlib.sha256("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"]
                                      for s in rows).encode("utf-8")).hexdigest()
@@ -101,10 +104,10 @@ def save_results(results: dict, output_path: str, *, model_args: Any, model_sour
         "model_name": name,
         "model_name_sanitized": sanitize_model_name(name),
         "system_instruction": system_instruction,
-        "system_instruction_sha": sha(system_instruction),
+        "system_instruction_sha": _sha(system_instruction),
         "fewshot_as_multiturn": fewshot_as_multiturn,
         "chat_template": chat_template,
-        "chat_template_sha": sha(chat_template),
+        "chat_template_sha": _sha(chat_template),
         "total_evaluation_time_seconds": None if start_time is None else str(
             datetime.datetime.now().timestamp() - start_time),
     })

@@ -16,7 +16,6 @@ from jaxeval.api.group import Group
 from jaxeval.api.task import Task
 
 log = logging.getLogger(__name__)
-CAPPED_BOOTSTRAP = ("bleu", "chrf", "chrf++", "ter")
 
 
 @dataclasses.dataclass
@@ -24,12 +23,6 @@ class TaskAccumulator:
     task: Task
     raw_metrics: dict[tuple[str, str], list[Any]] = dataclasses.field(default_factory=dict)
     samples: list[dict] = dataclasses.field(default_factory=list)
-
-
-def _aggregation_name(fn: Any) -> str | None:
-    from jaxeval.metrics import AGGREGATIONS
-
-    return next((n for n in AGGREGATIONS.names() if AGGREGATIONS.get(n) is fn), None)
 
 
 def task_aggregates(acc: TaskAccumulator, bootstrap_iters: int | None) -> tuple[dict[str, Any], int]:
@@ -46,9 +39,7 @@ def task_aggregates(acc: TaskAccumulator, bootstrap_iters: int | None) -> tuple[
         sample_len = max(sample_len, len(items))
         stderr = "N/A"
         if isinstance(bootstrap_iters, int) and bootstrap_iters > 0:
-            iters = min(bootstrap_iters, 100) if metric in CAPPED_BOOTSTRAP else bootstrap_iters
-            name = _aggregation_name(agg_fn)
-            se_fn = stderr_for_aggregation(name, iters) if name else None
+            se_fn = stderr_for_aggregation(agg_fn, bootstrap_iters, metric_name=metric)
             if se_fn is not None and len(items) > 1:
                 stderr = se_fn(items)
         out[f"{metric}_stderr,{flt}"] = stderr

@@ -151,7 +151,10 @@ class TaskConfig:
         """Parses a merged YAML dict; structural keys must already be removed."""
         raw = {k: v for k, v in raw.items() if k not in STRUCTURAL_KEYS}
         _unknown_keys(cls, raw, task=raw.get("task"), source=source)
-        return cls(**raw)
+        try:
+            return cls(**raw)
+        except JaxevalError as e:
+            raise e.located(task=raw.get("task"), file=source) from None
 
     def replace(self, **changes: Any) -> TaskConfig:
         return dataclasses.replace(self, **changes)

@@ -185,10 +185,10 @@ class Task:
             return None
         return doc[prefix] if prefix in self.features else self._render(prefix, doc, "gen_prefix", None)
 
-    def _resolve_field(self, doc: dict, spec: str | None) -> str | None:
+    def _resolve_field(self, doc: dict, spec: str | None, field: str, doc_index: int | None) -> str | None:
         if not spec:
             return None
-        return doc[spec] if spec in doc else self._render(spec, doc, "description", None)
+        return doc[spec] if spec in doc else self._render(spec, doc, field, doc_index)
 
     def _probe(self, doc: dict) -> None:
         """lm-eval's construction-time probe on the first document: multiple inputs / targets."""
@@ -222,7 +222,7 @@ class Task:
         if apply_chat_template and chat_template is not None:
             def template(turns: list[dict]) -> str:
                 return chat_template(turns, add_generation_prompt=not gen_prefix)
-        description = self._resolve_field(doc, cfg.description) or ""
+        description = self._resolve_field(doc, cfg.description, "description", doc_index) or ""
         system = maybe_delimit(system_instruction, description, cfg.fewshot_delimiter)
         from jaxeval.api.prompt import Message
 
@@ -237,7 +237,7 @@ class Task:
                 q = self.doc_to_text(fs_doc, fs.doc_to_text)
                 c = self.doc_to_choice(fs_doc, fs.doc_to_choice) if fs.doc_to_choice else None
                 a = self.doc_to_target(fs_doc, fs.doc_to_target)
-                prefix = self._resolve_field(fs_doc, fs.gen_prefix)
+                prefix = self._resolve_field(fs_doc, fs.gen_prefix, "gen_prefix", doc_index)
                 if self.multiple_input:
                     q, c = c[q], None
                 self._check_answer(q, c, a, doc_index)
