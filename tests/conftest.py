@@ -9,6 +9,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# lm-eval (the test oracle) bootstraps in a fork pool unless told not to; forking after JAX starts
+# its threads can deadlock.
+os.environ.setdefault("LMEVAL_DISABLE_MULTIPROC", "1")
 
 import pathlib  # noqa: E402
 

@@ -76,6 +76,8 @@ def make_lm_eval_lm(log: RequestLog | None = None):
     from lm_eval.api.model import LM
 
     class FakeLmEvalLM(LM):
+        tokenizer_name = "fake"
+
         def loglikelihood(self, requests, disable_tqdm=False):
             if log:
                 log.calls["loglikelihood"] += [r.args for r in requests]
@@ -92,3 +94,17 @@ def make_lm_eval_lm(log: RequestLog | None = None):
             return [generate(*r.args) for r in requests]
 
     return FakeLmEvalLM()
+
+
+def chat_template(turns: list[dict], add_generation_prompt: bool = True) -> str:
+    """A ChatML-like template; with add_generation_prompt False it continues the final message."""
+    text = "".join(f"<|im_start|>{t['role']}\n{t['content']}<|im_end|>\n" for t in turns)
+    if add_generation_prompt:
+        return text + "<|im_start|>assistant\n"
+    return text[: -len("<|im_end|>\n")]
+
+
+def with_chat(lm):
+    """Gives a fake LM (either side) the same chat template."""
+    lm.apply_chat_template = chat_template
+    return lm

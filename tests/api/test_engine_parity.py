@@ -76,14 +76,25 @@ def oracle_dirs(tmp_path_factory, shared_data):
     return lm_dir, jx_dir
 
 
+_LM_TM = {}
+
+
+def _lm_eval_task_manager(lm_dir):
+    """lm-eval indexes its whole task library (seconds); build that once per folder."""
+    from lm_eval.tasks import TaskManager
+
+    if str(lm_dir) not in _LM_TM:
+        _LM_TM[str(lm_dir)] = TaskManager(include_path=str(lm_dir))
+    return _LM_TM[str(lm_dir)]
+
+
 def _run_lm_eval(lm_dir, tasks, num_fewshot, limit, bootstrap_iters):
     import lm_eval
-    from lm_eval.tasks import TaskManager
 
     log = fake_lm.RequestLog()
     res = lm_eval.simple_evaluate(model=fake_lm.make_lm_eval_lm(log), tasks=tasks, num_fewshot=num_fewshot,
                                   limit=limit, bootstrap_iters=bootstrap_iters, log_samples=False,
-                                  task_manager=TaskManager(include_path=str(lm_dir)))
+                                  task_manager=_lm_eval_task_manager(lm_dir))
     return res, log
 
 
@@ -149,3 +160,28 @@ def test_group_aggregation_matches_lm_eval(oracle_dirs, shared_data):
     assert ours["groups"]["mini_mmlu"]["acc,none"] == pytest.approx(theirs["groups"]["mini_mmlu"]["acc,none"], rel=1e-12)
     assert ours["group_subtasks"] == theirs["group_subtasks"]
     assert ours["versions"]["mini_mmlu"] == theirs["versions"]["mini_mmlu"]
+
+
+@pytest.mark.parametrize("task,num_fewshot", [("arc_easy", 2), ("gsm8k", 2), ("mmlu_anatomy", 1)])
+@pytest.mark.parametrize("multiturn", [True, False])
+def test_chat_template_and_system_instruction_match_lm_eval(oracle_dirs, shared_data, task, num_fewshot,
+                                                            multiturn):
+    import lm_eval
+
+    import jaxeval
+    from jaxeval.api.task_manager import TaskManager
+
+    lm_dir, jx_dir = oracle_dirs
+    kwargs = dict(num_fewshot=num_fewshot, limit=6, bootstrap_iters=0, log_samples=False,
+                  apply_chat_template=True, fewshot_as_multiturn=multiturn,
+                  system_instruction="You are a careful solver.")
+    their_log, our_log = fake_lm.RequestLog(), fake_lm.RequestLog()
+    lm_eval.simple_evaluate(model=fake_lm.with_chat(fake_lm.make_lm_eval_lm(their_log)), tasks=[task],
+                            task_manager=_lm_eval_task_manager(lm_dir), **kwargs)
+    extra = CASES[task][2]
+    spec = {"task": task, **extra} if extra else task
+    jaxeval.simple_evaluate(model=fake_lm.with_chat(fake_lm.make_jaxeval_lm(our_log)), tasks=[spec],
+                            task_manager=TaskManager(str(jx_dir), data_dir=str(shared_data)), **kwargs)
+    assert our_log.calls == their_log.calls
+    first = next(v for v in our_log.calls.values() if v)[0][0]
+    assert first.startswith("<|im_start|>system\nYou are a careful solver.")
