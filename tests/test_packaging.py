@@ -1,0 +1,64 @@
+"""The package layout: kernels/ and tasks/ install as jaxeval.kernels / jaxeval.tasks, never as a
+top-level `kernels` module, in an editable install and in a built wheel, with the YAML files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHECK = """
+import importlib.util, json, sys
+from importlib import resources
+import jaxeval.kernels, jaxeval.tasks
+tasks = resources.files("jaxeval.tasks")
+print(json.dumps({
+    "kernels": jaxeval.kernels.__file__,
+    "tasks": jaxeval.tasks.__file__,
+    "arc": (tasks / "arc" / "arc_easy.yaml").is_file(),
+    "mmlu_template": (tasks / "mmlu" / "default" / "_default_template_yaml").is_file(),
+    "demo_utils": (tasks / "demo" / "utils.py").is_file(),
+    "top_level_kernels": [p for p in sys.path if p and __import__("os").path.isdir(__import__("os").path.join(p, "kernels"))
+                          and __import__("os").path.isfile(__import__("os").path.join(p, "kernels", "score.py"))],
+}))
+"""
+
+
+def _check(env: dict, cwd: str) -> dict:
+    import json
+
+    out = subprocess.run([sys.executable, "-c", CHECK], env=env, cwd=cwd, capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout)
+
+
+def test_editable_install_maps_kernels_and_tasks(tmp_path):
+    info = _check(dict(os.environ), str(tmp_path))
+    assert info["kernels"] == str(REPO / "kernels" / "__init__.py")
+    assert info["tasks"] == str(REPO / "tasks" / "__init__.py")
+    assert info["arc"] and info["mmlu_template"] and info["demo_utils"]
+    assert info["top_level_kernels"] == []
+
+
+@pytest.mark.slow
+def test_built_wheel_has_namespaced_kernels_tasks_and_yaml(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path / "dist"), str(REPO)], check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("jaxeval-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "jaxeval/kernels/__init__.py" in names and "jaxeval/tasks/arc/arc_easy.yaml" in names
+    assert not any(n.startswith("kernels/") or n.startswith("tasks/") for n in names)
+    assert "jaxeval/tasks/mmlu/default/mmlu_anatomy.yaml" in names
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                    str(wheel)], check=True, capture_output=True)
+    env = dict(os.environ, PYTHONPATH=str(target), PYTHONNOUSERSITE="1")
+    # Run outside the repo and ahead of the editable finder: the wheel's copy must be found.
+    info = _check(env, str(tmp_path))
+    assert info["kernels"].startswith(str(target)) and info["tasks"].startswith(str(target))
+    assert info["arc"] and info["mmlu_template"]
