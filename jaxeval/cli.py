@@ -80,7 +80,7 @@ def run_parser() -> argparse.ArgumentParser:
     a("--num_fewshot", "-f", type=int, default=None)
     a("--batch_size", "-b", type=_batch_size, default=1)
     a("--max_batch_size", type=int, default=None)
-    a("--device", default=None, help="accepted for lm_eval compatibility; jaxeval uses the JAX devices")
+    a("--device", default=None, help="JAX platform: cpu, cuda/gpu or tpu (default: JAX's choice)")
     a("--output_path", "-o", default=None)
     a("--limit", "-L", type=_limit, default=None)
     a("--samples", "-E", default=None, help='JSON {"task": [doc indices]} or a file holding it')
@@ -103,7 +103,35 @@ def run_parser() -> argparse.ArgumentParser:
     a("--confirm_run_unsafe_code", action="store_true")
     a("--metadata", default=None, help="JSON merged into every task's metadata")
     a("--bootstrap_iters", type=int, default=100000)
+    for flag in UNSUPPORTED:
+        a(flag, nargs="*", default=None, help=argparse.SUPPRESS)
     return p
+
+
+# lm_eval flags that send results to outside services; accepted so the error can say why.
+UNSUPPORTED = ("--wandb_args", "--wandb_config_args", "--trackio_args", "--hf_hub_log_args")
+
+
+def _reject_unsupported(args: argparse.Namespace) -> None:
+    for flag in UNSUPPORTED:
+        if getattr(args, flag.lstrip("-")) is not None:
+            raise JaxevalError(f"{flag} is not supported by jaxeval (it uploads results to an outside service)",
+                               field=flag.lstrip("-"),
+                               hint="write results with --output_path and upload them with your own tooling")
+
+
+def _select_device(device: str | None) -> None:
+    """--device cpu|cuda|gpu|tpu[:N] picks the JAX platform (before JAX starts); None keeps the default."""
+    if not device:
+        return
+    platform = device.split(":")[0].lower()
+    platform = {"cuda": "cuda", "gpu": "cuda", "cpu": "cpu", "tpu": "tpu", "mps": None}.get(platform)
+    if platform is None:
+        raise JaxevalError(f"--device {device!r} is not a JAX platform", field="device",
+                           hint="use cpu, cuda (or gpu) or tpu; jaxeval shards over every device of that platform")
+    import jax
+
+    jax.config.update("jax_platforms", platform)
 
 
 def _apply_config_file(args: argparse.Namespace, argv: list[str]) -> None:
@@ -146,6 +174,8 @@ def cmd_run(argv: list[str]) -> int:
 
     args = run_parser().parse_args(argv)
     _apply_config_file(args, argv)
+    _reject_unsupported(args)
+    _select_device(args.device)
     if args.verbosity:
         logging.getLogger().setLevel(args.verbosity.upper())
     if not args.tasks:
@@ -171,13 +201,13 @@ def cmd_run(argv: list[str]) -> int:
     samples = _parse_samples(args.samples)
     if args.check_integrity:
         _validate(tm, task_list)
-    if args.cache_requests:
-        log.warning("--cache_requests: building requests is fast in jaxeval; requests are rebuilt each run")
     start = time.time()
     results = simple_evaluate(
         model=args.model, model_args=args.model_args, tasks=task_list, num_fewshot=args.num_fewshot,
         batch_size=args.batch_size, max_batch_size=args.max_batch_size, device=args.device,
-        use_cache=args.use_cache, limit=args.limit, samples=samples, bootstrap_iters=args.bootstrap_iters,
+        use_cache=args.use_cache, cache_requests=args.cache_requests in ("true", "refresh", "delete"),
+        rewrite_requests_cache=args.cache_requests == "refresh",
+        delete_requests_cache=args.cache_requests == "delete", limit=args.limit, samples=samples, bootstrap_iters=args.bootstrap_iters,
         write_out=args.write_out, log_samples=args.log_samples, system_instruction=args.system_instruction,
         apply_chat_template=args.apply_chat_template, fewshot_as_multiturn=fewshot_as_multiturn,
         gen_kwargs=gen_kwargs, task_manager=tm, predict_only=args.predict_only,

@@ -60,6 +60,12 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
+def _cache_mode(cache_requests: bool | str, rewrite: bool) -> str | None:
+    if not cache_requests or cache_requests == "false":
+        return None
+    return "refresh" if rewrite or cache_requests == "refresh" else "true"
+
+
 def run_requests(lm: Any, instances: list[Instance]) -> None:
     """Sends each request type once to the model (repeats expanded) and fills `resps` in order."""
     by_type: dict[str, list[Instance]] = collections.defaultdict(list)
@@ -117,6 +123,8 @@ def evaluate(
             limit=limits[name], samples=(samples or {}).get(name), rank=lm.rank, world_size=lm.world_size,
             system_instruction=system_instruction, apply_chat_template=bool(apply_chat_template),
             fewshot_as_multiturn=fewshot_as_multiturn, chat_template=chat,
+            cache_requests=_cache_mode(cache_requests, rewrite_requests_cache),
+            tokenizer_name=getattr(lm, "tokenizer_name", "") if apply_chat_template else "",
         )
         if write_out:
             first = task.instances[0]
@@ -219,6 +227,10 @@ def simple_evaluate(
 ) -> dict[str, Any] | None:
     """Builds the model and tasks, applies run-time overrides, evaluates, adds run metadata."""
     start = time.time()
+    if delete_requests_cache:
+        from jaxeval.api import request_cache
+
+        request_cache.delete_all()
     if limit is not None and samples is not None:
         raise JaxevalError("--limit and --samples cannot be used together", field="limit")
     if not tasks:

@@ -332,20 +332,37 @@ class Task:
     def build_all_requests(self, *, limit: int | None = None, samples: list[int] | None = None,
                            rank: int = 0, world_size: int = 1, system_instruction: str | None = None,
                            apply_chat_template: bool = False, fewshot_as_multiturn: bool = False,
-                           chat_template: Callable | None = None) -> None:
+                           chat_template: Callable | None = None, cache_requests: str | None = None,
+                           tokenizer_name: str = "") -> None:
+        """Builds `self.instances`; with `cache_requests`, reads/writes the request cache (all docs)."""
+        from jaxeval.api import request_cache
+
+        key = None
+        if cache_requests and not samples:
+            key = request_cache.cache_key(
+                self, rank=rank, world_size=world_size, apply_chat_template=apply_chat_template,
+                fewshot_as_multiturn=fewshot_as_multiturn, system_instruction=system_instruction,
+                tokenizer_name=tokenizer_name if apply_chat_template else "")
+            cached = request_cache.load(key) if cache_requests != "refresh" else None
+            if cached is not None:
+                self.instances = [inst for group in cached[:limit] for inst in group]
+                return
         num_fewshot = self.config.num_fewshot or 0
-        instances: list[Instance] = []
-        for doc_id, doc in self.doc_iterator(limit=limit, samples=samples, rank=rank, world_size=world_size):
+        per_doc: list[list[Instance]] = []
+        docs = self.doc_iterator(limit=None if key else limit, samples=samples, rank=rank, world_size=world_size)
+        for doc_id, doc in docs:
             ctx = self.fewshot_context(
                 doc, num_fewshot, system_instruction=system_instruction,
                 apply_chat_template=apply_chat_template, fewshot_as_multiturn=fewshot_as_multiturn,
                 chat_template=chat_template, gen_prefix=self.doc_to_prefix(doc), doc_index=doc_id,
             )
-            instances += self.construct_requests(doc, ctx, metadata=(self.name, doc_id, self.config.repeats),
-                                                 apply_chat_template=apply_chat_template)
-        if not instances:
+            per_doc.append(self.construct_requests(doc, ctx, metadata=(self.name, doc_id, self.config.repeats),
+                                                   apply_chat_template=apply_chat_template))
+        if key:
+            request_cache.save(key, per_doc)
+        self.instances = [inst for group in per_doc[:limit] for inst in group]
+        if not self.instances:
             raise JaxevalError("no documents to evaluate", task=self.name, field="limit")
-        self.instances = instances
 
     # ------------------------------------------------------------------ results
     def apply_filters(self) -> None:

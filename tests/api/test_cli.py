@@ -183,3 +183,32 @@ def test_ls_lists_tasks_groups_tags(capsys):
     assert main(["ls", "groups"]) == 0
     groups = capsys.readouterr().out
     assert "mmlu_humanities" in groups and "arc_easy" not in groups
+
+
+def test_cache_requests_writes_reads_refreshes_and_deletes(tmp_path, shared_data, monkeypatch):
+    monkeypatch.setenv("JAXEVAL_CACHE_PATH", str(tmp_path / "rc"))
+    base = ["--tasks", "arc_easy", "--data_dir", str(shared_data), "--limit", "5", "--output_path"]
+    assert run(*base, str(tmp_path / "a"), "--cache_requests", "true") == 0
+    files = list((tmp_path / "rc").glob("requests-arc_easy-0shot-*.pickle"))
+    assert len(files) == 1
+    import pickle
+
+    cached = pickle.loads(files[0].read_bytes())
+    assert len(cached) == 2376  # every document is built when writing, like lm-eval
+    assert run(*base, str(tmp_path / "b"), "--cache_requests") == 0
+    ra = json.loads(next((tmp_path / "a").rglob("results_*.json")).read_text())["results"]["arc_easy"]
+    rb = json.loads(next((tmp_path / "b").rglob("results_*.json")).read_text())["results"]["arc_easy"]
+    assert ra == rb
+    assert run(*base, str(tmp_path / "c"), "--cache_requests", "delete") == 0
+    assert len(list((tmp_path / "rc").glob("*.pickle"))) == 1
+
+
+@pytest.mark.parametrize("flag", ["--wandb_args", "--hf_hub_log_args"])
+def test_upload_flags_are_refused_clearly(capsys, flag):
+    assert run("--tasks", "arc_easy", flag, "project=x") == 2
+    assert "not supported by jaxeval" in capsys.readouterr().err
+
+
+def test_bad_device(capsys):
+    assert run("--tasks", "arc_easy", "--device", "mps") == 2
+    assert "not a JAX platform" in capsys.readouterr().err
