@@ -7,7 +7,7 @@ Face's `kernels` package. Everything else lives in pyproject.toml.
 
 from setuptools import find_packages, setup
 
-MAPPED = {"jaxeval.kernels": "kernels", "jaxeval.tasks": "tasks"}
+MAPPED = {"jaxeval.kernels": "kernels", "jaxeval.tasks": "tasks", "jaxeval.configs": "configs"}
 
 
 def _packages() -> tuple[list[str], dict[str, str]]:

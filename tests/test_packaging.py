@@ -54,6 +54,7 @@ def test_built_wheel_has_namespaced_kernels_tasks_and_yaml(tmp_path):
     assert "jaxeval/kernels/__init__.py" in names and "jaxeval/tasks/arc/arc_easy.yaml" in names
     assert not any(n.startswith("kernels/") or n.startswith("tasks/") for n in names)
     assert "jaxeval/tasks/mmlu/default/mmlu_anatomy.yaml" in names
+    assert "jaxeval/configs/meshes.yaml" in names
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                     str(wheel)], check=True, capture_output=True)

@@ -1,0 +1,1 @@
+"""Mesh presets and other configuration tables (YAML), installed as jaxeval.configs."""

@@ -1,0 +1,148 @@
+"""Device meshes from named presets, and the sharding of batches. Built once at the entry point.
+
+Every mesh has the axes `("data", "fsdp", "model")` (size 1 when unused), so the parameter rule table
+(`jaxeval.models.sharding`) and the batch rule below can always name them. Presets live in
+`configs/meshes.yaml`; `-1` means "all remaining devices":
+
+    make_mesh("single")                      {data: 1, fsdp: 1, model: 1} on the first device
+    make_mesh("data")          (8 devices)   {data: 8, fsdp: 1, model: 1}
+    make_mesh("data_model")    (8 devices)   {data: 2, fsdp: 1, model: 4}
+    make_mesh("data_model", model=2)         {data: 4, fsdp: 1, model: 2}
+
+Batches `[B, ...]` split B over data and fsdp together (`batch_sharding`), replicated if B does not
+divide. No global mesh is ever set: pass the Mesh down explicitly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import yaml
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxeval.errors import JaxevalError
+
+MESH_AXES = ("data", "fsdp", "model")
+BATCH_AXES = ("data", "fsdp")
+_PRESETS_FILE = "meshes.yaml"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeshPreset:
+    """Axis sizes of one preset; -1 on at most one axis takes the remaining devices."""
+
+    data: int = 1
+    fsdp: int = 1
+    model: int = 1
+
+    def __post_init__(self):
+        sizes = self.sizes()
+        if sum(s == -1 for s in sizes) > 1:
+            raise JaxevalError(f"mesh preset {self}: only one axis may be -1")
+        if any(s == 0 or s < -1 for s in sizes):
+            raise JaxevalError(f"mesh preset {self}: axis sizes must be positive or -1")
+
+    def sizes(self) -> tuple[int, int, int]:
+        return (self.data, self.fsdp, self.model)
+
+    def resolve(self, n_devices: int) -> tuple[int, int, int]:
+        """Concrete sizes for `n_devices` (the product must equal it)."""
+        fixed = math.prod(s for s in self.sizes() if s != -1)
+        if -1 in self.sizes():
+            if n_devices % fixed:
+                raise JaxevalError(
+                    f"mesh {self} needs a multiple of {fixed} devices, found {n_devices}",
+                    hint="pick another preset or override the axis sizes",
+                )
+            return tuple(n_devices // fixed if s == -1 else s for s in self.sizes())  # type: ignore[return-value]
+        if fixed != n_devices:
+            raise JaxevalError(f"mesh {self} uses {fixed} devices but {n_devices} were given")
+        return self.sizes()
+
+
+def _presets_path() -> pathlib.Path:
+    here = pathlib.Path(__file__).resolve().parent
+    for candidate in (here / "configs" / _PRESETS_FILE, here.parent / "configs" / _PRESETS_FILE):
+        if candidate.is_file():
+            return candidate
+    raise JaxevalError(f"mesh presets file {_PRESETS_FILE} not found next to the jaxeval package")
+
+
+def load_presets(path: str | pathlib.Path | None = None) -> dict[str, MeshPreset]:
+    """Parses the presets YAML into MeshPresets (unknown keys are an error naming file and key)."""
+    path = pathlib.Path(path) if path is not None else _presets_path()
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    out = {}
+    for name, sizes in raw.items():
+        unknown = sorted(set(sizes) - set(MESH_AXES))
+        if unknown:
+            raise JaxevalError(
+                f"unknown mesh axis {unknown[0]!r} in preset {name!r}",
+                file=str(path),
+                field=unknown[0],
+                hint=f"mesh axes are {', '.join(MESH_AXES)}",
+            )
+        out[name] = MeshPreset(**sizes)
+    return out
+
+
+def make_mesh(
+    preset: str = "single",
+    *,
+    devices: Sequence[Any] | None = None,
+    presets_path: str | pathlib.Path | None = None,
+    **sizes: int,
+) -> Mesh:
+    """A Mesh with axes (data, fsdp, model) from a preset; keyword sizes override the preset's."""
+    presets = load_presets(presets_path)
+    if preset not in presets:
+        raise JaxevalError(
+            f"unknown mesh preset {preset!r}", hint=f"use one of {', '.join(presets)}"
+        )
+    unknown = sorted(set(sizes) - set(MESH_AXES))
+    if unknown:
+        raise JaxevalError(
+            f"unknown mesh axis {unknown[0]!r}; mesh axes are {', '.join(MESH_AXES)}"
+        )
+    chosen = dataclasses.replace(presets[preset], **sizes)
+    devices = list(jax.devices() if devices is None else devices)
+    if chosen.sizes() == (1, 1, 1):
+        devices = devices[:1]
+    shape = chosen.resolve(len(devices))
+    return Mesh(np.asarray(devices, dtype=object).reshape(shape), MESH_AXES)
+
+
+def single_device_mesh(device: Any | None = None) -> Mesh:
+    """A 1-device mesh with the standard axis names (what `load_model` uses without a mesh)."""
+    device = jax.devices()[0] if device is None else device
+    return Mesh(np.asarray([device], dtype=object).reshape(1, 1, 1), MESH_AXES)
+
+
+def batch_axes(mesh: Mesh) -> tuple[str, ...]:
+    """The mesh axes a batch dimension is split over: data and fsdp, those present with size > 1."""
+    return tuple(a for a in BATCH_AXES if a in mesh.shape and mesh.shape[a] > 1)
+
+
+def batch_sharding(mesh: Mesh, shape: Sequence[int]) -> NamedSharding:
+    """NamedSharding for an array `[B, ...]`: B over (data, fsdp), the rest replicated.
+
+    Falls back to replicated when B is not divisible by the number of batch shards.
+    """
+    axes = batch_axes(mesh)
+    n = math.prod(mesh.shape[a] for a in axes)
+    rest = (None,) * (len(shape) - 1)
+    if not axes or shape[0] % n:
+        return NamedSharding(mesh, PartitionSpec(None, *rest))
+    return NamedSharding(mesh, PartitionSpec(axes if len(axes) > 1 else axes[0], *rest))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    """Fully replicated sharding (small outputs, scalars)."""
+    return NamedSharding(mesh, PartitionSpec())

@@ -1,0 +1,237 @@
+"""The one generic decoder: embeddings, a `lax.scan` over stacked layers, final norm, LM head.
+
+Every family is this decoder with different static choices in its `ModelSpec` (norm kind, MLP kind,
+parallel residual, sandwich norms, learned positions, soft-capping, ...). Per-layer differences that
+are numbers, not code paths (sliding-window size, rope table, attention scale), are [L, ...] arrays
+scanned along with the stacked parameters, so a model compiles one layer body whatever its depth.
+
+Two entry points share the layer body and differ only in where keys/values come from:
+
+    hidden(params, tokens, positions, segment, parent)            packed rows, keys = this call's
+    forward_cached(params, cache, tokens, positions, valid, index)  keys written to cache[index:index+T]
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxeval.models import attention as attn
+from jaxeval.models.layers import HIGHEST, mlp, norm
+from jaxeval.models.rope import dynamic_inv_freq, rope_cos_sin
+from jaxeval.shapes import Bool, Float, Int
+
+
+class KVCache(NamedTuple):
+    """Keys/values for every layer plus per-slot bookkeeping; a pytree.
+
+    k, v       [L, B, C, G, E]  in the cache dtype
+    valid      [B, C] bool      slot holds a real (non-padding) token
+    positions  [B, C] int32     that token's position (for sliding windows)
+    """
+
+    k: jax.Array
+    v: jax.Array
+    valid: jax.Array
+    positions: jax.Array
+
+
+def init_cache(spec, batch: int, length: int, dtype: Any) -> KVCache:
+    """An empty cache of `length` slots per row (all slots invalid)."""
+    shape = (spec.num_layers, batch, length, spec.num_kv_heads, spec.head_dim)
+    return KVCache(
+        k=jnp.zeros(shape, dtype),
+        v=jnp.zeros(shape, dtype),
+        valid=jnp.zeros((batch, length), bool),
+        positions=jnp.zeros((batch, length), jnp.int32),
+    )
+
+
+def _layer_constants(spec) -> dict[str, jax.Array]:
+    """Per-layer numbers scanned along with the layer parameters: window [L], scale [L], rope."""
+    windows = [w if w else attn.NO_WINDOW for w in spec.sliding_window]
+    out = {
+        "window": jnp.asarray(np.array(windows, np.int32)),
+        "scale": jnp.asarray(np.array(spec.attn_scale, np.float32)),
+    }
+    if spec.rope:
+        out["inv_freq"] = jnp.asarray(np.array([r.inv_freq for r in spec.rope], np.float32))
+        out["rope_factor"] = jnp.asarray(
+            np.array([r.attention_factor for r in spec.rope], np.float32)
+        )
+        if spec.rope[0].long_inv_freq is not None:
+            long = [r.long_inv_freq for r in spec.rope]
+            out["long_inv_freq"] = jnp.asarray(np.array(long, np.float32))
+            out["long_after"] = jnp.asarray(np.array([r.long_after for r in spec.rope], np.int32))
+    return out
+
+
+def embed(
+    spec, params: dict[str, Any], tokens: Int["B T"], positions: Int["B T"]
+) -> Float["B T D"]:
+    """Token embeddings in the compute dtype (Gemma: times sqrt(D) in that dtype; GPT-2: + positions)."""
+    dtype = jnp.dtype(spec.compute_dtype)
+    x = jnp.take(params["embed"], tokens, axis=0).astype(dtype)  # [B, T, D]
+    if spec.embed_scale is not None:
+        x = x * jnp.asarray(spec.embed_scale, dtype)
+    if spec.learned_positions:
+        x = x + jnp.take(params["pos_embed"], positions, axis=0).astype(dtype)
+    return x
+
+
+def _rope(spec, positions, consts, dynamic, dtype):
+    if not spec.rope and spec.dynamic_rope is None:
+        return None, None
+    inv_freq = dynamic if dynamic is not None else consts["inv_freq"]
+    if "long_inv_freq" in consts:  # LongRoPE: long table once the call passes the original length
+        use_long = jnp.max(positions) + 1 > consts["long_after"]
+        inv_freq = jnp.where(use_long, consts["long_inv_freq"], inv_freq)
+    factor = consts["rope_factor"] if "rope_factor" in consts else jnp.float32(1.0)
+    return rope_cos_sin(positions, inv_freq, factor, dtype)
+
+
+def _block(spec, p, x, *, cos, sin, allowed, scale, kv_update):
+    """One decoder layer: pre-norm sequential (optionally sandwich-normed), parallel, or post-norm."""
+    kind, eps = spec.norm, spec.norm_eps
+
+    def attention(h):
+        return attn.attention_block(
+            spec, p["attn"], h, cos=cos, sin=sin, allowed=allowed, scale=scale, kv_update=kv_update
+        )
+
+    def feed_forward(h):
+        return mlp(p["mlp"], h, kind=spec.mlp, activation=spec.activation)
+
+    if spec.residual == "parallel":  # GPT-NeoX: x + attn(ln1 x) + mlp(ln2 x)
+        a = attention(norm(p["attn_norm"], x, kind=kind, eps=eps))
+        m = feed_forward(norm(p["mlp_norm"], x, kind=kind, eps=eps))
+        return m + a + x
+    if spec.residual == "post_norm":  # OLMo-2: x + norm(attn(x)), then x + norm(mlp(x))
+        x = x + norm(p["post_attn_norm"], attention(x), kind=kind, eps=eps)
+        return x + norm(p["post_mlp_norm"], feed_forward(x), kind=kind, eps=eps)
+    h = attention(norm(p["attn_norm"], x, kind=kind, eps=eps))
+    if spec.sandwich_norms:
+        h = norm(p["post_attn_norm"], h, kind=kind, eps=eps)
+    x = x + h
+    h = feed_forward(norm(p["mlp_norm"], x, kind=kind, eps=eps))
+    if spec.sandwich_norms:
+        h = norm(p["post_mlp_norm"], h, kind=kind, eps=eps)
+    return x + h
+
+
+def hidden(
+    spec,
+    params: dict[str, Any],
+    tokens: Int["B T"],
+    positions: Int["B T"],
+    segment: Int["B T"],
+    parent: Int["B T"],
+) -> Float["B T D"]:
+    """Final-normed hidden states of packed rows (mask rule in `attention.py`)."""
+    dtype = jnp.dtype(spec.compute_dtype)
+    x = embed(spec, params, tokens, positions)
+    base = attn.packed_mask(segment, parent)  # [B, T, T]
+    windowed = any(spec.sliding_window)
+    dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
+
+    def body(x, xs):
+        p, consts = xs
+        cos, sin = _rope(spec, positions, consts, dynamic, dtype)
+        allowed = base
+        if windowed:
+            allowed = base & attn.window_mask(positions, positions, consts["window"])
+        x = _block(
+            spec,
+            p,
+            x,
+            cos=cos,
+            sin=sin,
+            allowed=allowed,
+            scale=consts["scale"],
+            kv_update=lambda k, v: (k, v),
+        )
+        return x, None
+
+    x, _ = jax.lax.scan(body, x, (params["layers"], _layer_constants(spec)))
+    return norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
+
+
+def forward_cached(
+    spec,
+    params: dict[str, Any],
+    cache: KVCache,
+    tokens: Int["B T"],
+    positions: Int["B T"],
+    valid: Bool["B T"],
+    index: Int[""],
+) -> tuple[Float["B T D"], KVCache]:
+    """Writes T new keys/values at slots [index, index + T) and returns their hidden states.
+
+    Prefill: one call with the left-padded prompts (index 0). Decode: T = 1 calls at index = P, P+1...
+    `index` may be traced. Positions follow HF for left padding: cumsum(valid) - 1, clipped at 0.
+    """
+    dtype = jnp.dtype(spec.compute_dtype)
+    t = tokens.shape[1]
+    x = embed(spec, params, tokens, positions)
+    index = jnp.asarray(index, jnp.int32)
+    zero = jnp.zeros((), jnp.int32)
+    slot_valid = jax.lax.dynamic_update_slice(cache.valid, valid.astype(bool), (zero, index))
+    slot_pos = jax.lax.dynamic_update_slice(
+        cache.positions, positions.astype(jnp.int32), (zero, index)
+    )
+    base = attn.cache_mask(slot_valid, index, t)  # [B, T, C]
+    windowed = any(spec.sliding_window)
+    dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
+
+    def body(x, xs):
+        p, consts, k_cache, v_cache = xs  # k_cache [B, C, G, E]
+        cos, sin = _rope(spec, positions, consts, dynamic, dtype)
+        allowed = base
+        if windowed:
+            allowed = base & attn.window_mask(positions, slot_pos, consts["window"])
+        written = {}
+
+        def kv_update(k, v):
+            start = (zero, index, zero, zero)
+            written["k"] = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
+            written["v"] = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
+            return written["k"].astype(dtype), written["v"].astype(dtype)
+
+        x = _block(
+            spec,
+            p,
+            x,
+            cos=cos,
+            sin=sin,
+            allowed=allowed,
+            scale=consts["scale"],
+            kv_update=kv_update,
+        )
+        return x, (written["k"], written["v"])
+
+    xs = (params["layers"], _layer_constants(spec), cache.k, cache.v)
+    x, (k, v) = jax.lax.scan(body, x, xs)
+    x = norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
+    return x, KVCache(k=k, v=v, valid=slot_valid, positions=slot_pos)
+
+
+def head_weight(spec, params: dict[str, Any]) -> Float["V D"]:
+    """The output embedding: the tied input embedding or the separate lm_head."""
+    return params["embed"] if spec.tie_embeddings else params["lm_head"]
+
+
+def finalize_logits(spec, logits: jax.Array) -> jax.Array:
+    """Elementwise post-processing of logits: Gemma-2's final soft-capping, else identity."""
+    if spec.final_softcap is None:
+        return logits
+    cap = jnp.asarray(spec.final_softcap, logits.dtype)
+    return jnp.tanh(logits / cap) * cap
+
+
+def head(spec, params: dict[str, Any], h: Float["... D"]) -> Float["... V"]:
+    """Logits = finalize_logits(h @ head_weight.T), in h's dtype."""
+    w = head_weight(spec, params).astype(h.dtype)
+    return finalize_logits(spec, jnp.einsum("...d,vd->...v", h, w, precision=HIGHEST))

@@ -1,0 +1,319 @@
+"""From a Hugging Face config to a `ModelSpec`, one small builder per family, chosen by `model_type`.
+
+Configs are read through attributes, so both transformers 5 objects (RoPE under `rope_parameters`,
+possibly nested per layer type) and older ones (`rope_theta`, `rope_scaling`, `rotary_pct`,
+`rotary_emb_base`, `rope_local_base_freq`, `sliding_window_pattern`) work.
+
+    FAMILIES["gemma2"].build(hf_config, compute_dtype="bfloat16") -> ModelSpec(...)
+    FAMILIES["gemma2"].weights(spec) -> tree of hf_weights.Source, same structure as the params
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+from jaxeval.errors import JaxevalError
+from jaxeval.models import hf_weights
+from jaxeval.models.rope import DynamicRope, LayerRope, layer_rope
+from jaxeval.models.spec import ModelSpec
+
+
+def _get(cfg: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        value = getattr(cfg, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def rope_parameters(cfg: Any, layer_type: str | None = None) -> dict[str, Any]:
+    """The standardised rope dict (`rope_type`, `rope_theta`, ...) for one layer type.
+
+    transformers 5: `config.rope_parameters`, flat or nested by layer type. Older configs: the classic
+    `rope_theta` / `rotary_emb_base` plus `rope_scaling`; Gemma-3's local layers use
+    `rope_local_base_freq` and no scaling.
+    """
+    nested = getattr(cfg, "rope_parameters", None)
+    if isinstance(nested, dict) and nested:
+        if layer_type is not None and isinstance(nested.get(layer_type), dict):
+            params = dict(nested[layer_type])
+        elif any(isinstance(v, dict) for v in nested.values()):
+            params = dict(next(v for v in nested.values() if isinstance(v, dict)))
+        else:
+            params = dict(nested)
+    else:
+        params = dict(getattr(cfg, "rope_scaling", None) or {})
+        if layer_type == "sliding_attention" and getattr(cfg, "rope_local_base_freq", None):
+            params = {"rope_theta": cfg.rope_local_base_freq}
+    params.setdefault("rope_type", params.get("type", "default"))
+    theta = _get(cfg, "rope_theta", "rotary_emb_base", default=10000.0)
+    params.setdefault("rope_theta", theta)
+    if params["rope_type"] in ("su", "yarn") and getattr(cfg, "model_type", None) == "phi3":
+        params["rope_type"] = "longrope"  # Phi-3's legacy names, as transformers maps them
+    if params["rope_type"] in ("llama3", "yarn", "longrope"):
+        original = _get(
+            cfg, "original_max_position_embeddings", default=cfg.max_position_embeddings
+        )
+        params.setdefault("original_max_position_embeddings", original)
+    return params
+
+
+def _rope_tables(
+    cfg: Any, layer_types: list[str | None], dim: int
+) -> tuple[tuple[LayerRope, ...], DynamicRope | None]:
+    tables = [
+        layer_rope(
+            rope_parameters(cfg, t), dim=dim, max_position_embeddings=cfg.max_position_embeddings
+        )
+        for t in layer_types
+    ]
+    dynamic = [t for t in tables if isinstance(t, DynamicRope)]
+    if dynamic:
+        if len(set(tables)) != 1:
+            raise JaxevalError(
+                "dynamic rope mixed with other rope types across layers is not supported"
+            )
+        return (), dynamic[0]
+    return tuple(tables), None
+
+
+def _layer_types(cfg: Any, model_type: str) -> list[str]:
+    """'sliding_attention' or 'full_attention' per layer, from `layer_types` or the older fields."""
+    n = cfg.num_hidden_layers
+    types = getattr(cfg, "layer_types", None)
+    if types:
+        return list(types)[:n]
+    window = getattr(cfg, "sliding_window", None)
+    if not window:
+        return ["full_attention"] * n
+    if model_type in ("mistral", "phi3"):
+        return ["sliding_attention"] * n
+    if model_type == "gemma2":  # even layers slide
+        return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+    if model_type == "gemma3_text":
+        pattern = _get(cfg, "sliding_window_pattern", "_sliding_window_pattern", default=6)
+        return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+    if model_type in ("qwen2", "qwen3") and getattr(cfg, "use_sliding_window", False):
+        first = _get(cfg, "max_window_layers", default=n)
+        return ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+    return ["full_attention"] * n
+
+
+def _windows(cfg: Any, layer_types: list[str]) -> tuple[int, ...]:
+    window = getattr(cfg, "sliding_window", None) or 0
+    return tuple(int(window) if t == "sliding_attention" else 0 for t in layer_types)
+
+
+def _common(cfg: Any, compute_dtype: str) -> dict[str, Any]:
+    heads = cfg.num_attention_heads
+    return {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "num_layers": cfg.num_hidden_layers,
+        "num_heads": heads,
+        "num_kv_heads": _get(cfg, "num_key_value_heads", default=heads),
+        "head_dim": _get(cfg, "head_dim", default=cfg.hidden_size // heads),
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "tie_embeddings": bool(getattr(cfg, "tie_word_embeddings", False)),
+        "compute_dtype": compute_dtype,
+    }
+
+
+def build_llama_like(cfg: Any, compute_dtype: str) -> ModelSpec:
+    """Llama (rope scaling llama3/linear/dynamic/yarn), Mistral (window), Qwen2 (qkv bias),
+    Qwen3 (per-head q/k norm), Phi-3 (fused weights, partial rotary, LongRoPE), OLMo-2 (post-norms,
+    q/k norm over all heads)."""
+    model_type = cfg.model_type
+    common = _common(cfg, compute_dtype)
+    types = _layer_types(cfg, model_type)
+    rope_dim = common["head_dim"]
+    if model_type == "phi3":  # the only one here whose rotary honours partial_rotary_factor
+        legacy = _get(cfg, "partial_rotary_factor", default=1.0)
+        rope_dim = int(rope_dim * rope_parameters(cfg).get("partial_rotary_factor", legacy))
+    rope, dynamic = _rope_tables(cfg, types, rope_dim)
+    bias = bool(getattr(cfg, "attention_bias", False)) and model_type not in ("mistral", "phi3")
+    qk_norm = {"qwen3": "head", "olmo2": "heads"}.get(model_type)
+    return ModelSpec(
+        model_type=model_type,
+        **common,
+        intermediate_size=cfg.intermediate_size,
+        norm="rms_f32" if model_type == "olmo2" else "rms",
+        norm_eps=float(cfg.rms_norm_eps),
+        mlp="gated",
+        activation=cfg.hidden_act,
+        mlp_bias=bool(getattr(cfg, "mlp_bias", False)),
+        qkv_bias=True if model_type == "qwen2" else bias,
+        o_bias=bias and model_type != "qwen2",
+        qk_norm=qk_norm,
+        residual="post_norm" if model_type == "olmo2" else "sequential",
+        sliding_window=_windows(cfg, types),
+        attn_scale=(common["head_dim"] ** -0.5,) * cfg.num_hidden_layers,
+        rope=rope,
+        dynamic_rope=dynamic,
+    )
+
+
+def build_gemma(cfg: Any, compute_dtype: str) -> ModelSpec:
+    """Gemma 1-3: (1 + w) RMSNorm, embeddings times sqrt(D), tanh-GELU; 2-3 add sandwich norms,
+    soft-capping, sliding windows and `query_pre_attn_scalar`; 3 adds q/k norms and per-type rope."""
+    model_type = cfg.model_type
+    if getattr(cfg, "use_bidirectional_attention", False):
+        raise JaxevalError(f"{model_type} with use_bidirectional_attention is not a causal LM")
+    common = _common(cfg, compute_dtype)
+    types = _layer_types(cfg, model_type)
+    rope, dynamic = _rope_tables(cfg, types, common["head_dim"])
+    activation = _get(cfg, "hidden_activation", "hidden_act", default="gelu_pytorch_tanh")
+    if activation == "gelu":  # legacy Gemma configs mean the tanh approximation
+        activation = "gelu_pytorch_tanh"
+    later = model_type != "gemma"
+    scalar = getattr(cfg, "query_pre_attn_scalar", None) if later else None
+    scale = (scalar if scalar else common["head_dim"]) ** -0.5
+    bias = bool(getattr(cfg, "attention_bias", False))
+    return ModelSpec(
+        model_type=model_type,
+        **common,
+        intermediate_size=cfg.intermediate_size,
+        norm="rms_plus_one",
+        norm_eps=float(cfg.rms_norm_eps),
+        mlp="gated",
+        activation=activation,
+        qkv_bias=bias,
+        o_bias=bias,
+        qk_norm="head" if model_type == "gemma3_text" else None,
+        sandwich_norms=later,
+        sliding_window=_windows(cfg, types) if later else (0,) * cfg.num_hidden_layers,
+        attn_scale=(scale,) * cfg.num_hidden_layers,
+        attn_softcap=getattr(cfg, "attn_logit_softcapping", None) if later else None,
+        final_softcap=getattr(cfg, "final_logit_softcapping", None) if later else None,
+        embed_scale=math.sqrt(cfg.hidden_size),
+        rope=rope,
+        dynamic_rope=dynamic,
+    )
+
+
+def build_gpt2(cfg: Any, compute_dtype: str) -> ModelSpec:
+    """GPT-2: LayerNorm, learned absolute positions, biased Conv1D projections, tied head."""
+    d, heads, n = cfg.n_embd, cfg.n_head, cfg.n_layer
+    head_dim = d // heads
+    base = head_dim**-0.5 if getattr(cfg, "scale_attn_weights", True) else 1.0
+    by_layer = getattr(cfg, "scale_attn_by_inverse_layer_idx", False)
+    return ModelSpec(
+        model_type="gpt2",
+        vocab_size=cfg.vocab_size,
+        hidden_size=d,
+        num_layers=n,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=head_dim,
+        intermediate_size=cfg.n_inner or 4 * d,
+        max_position_embeddings=cfg.n_positions,
+        tie_embeddings=bool(getattr(cfg, "tie_word_embeddings", True)),
+        compute_dtype=compute_dtype,
+        norm="layer",
+        norm_eps=float(cfg.layer_norm_epsilon),
+        mlp="plain",
+        activation=cfg.activation_function,
+        qkv_bias=True,
+        o_bias=True,
+        mlp_bias=True,
+        learned_positions=True,
+        sliding_window=(0,) * n,
+        attn_scale=tuple(base / (i + 1) if by_layer else base for i in range(n)),
+    )
+
+
+def build_gpt_neox(cfg: Any, compute_dtype: str) -> ModelSpec:
+    """GPT-NeoX / Pythia: LayerNorm, parallel residual, partial rotary (`rotary_pct`)."""
+    common = _common(cfg, compute_dtype)
+    common["head_dim"] = cfg.hidden_size // cfg.num_attention_heads
+    params = rope_parameters(cfg)
+    partial = params.get("partial_rotary_factor", _get(cfg, "rotary_pct", default=1.0))
+    rot_dim = int(common["head_dim"] * partial)
+    types = ["full_attention"] * cfg.num_hidden_layers
+    rope, dynamic = _rope_tables(cfg, types, rot_dim)
+    bias = bool(getattr(cfg, "attention_bias", True))
+    return ModelSpec(
+        model_type="gpt_neox",
+        **common,
+        intermediate_size=cfg.intermediate_size,
+        norm="layer",
+        norm_eps=float(cfg.layer_norm_eps),
+        mlp="plain",
+        activation=cfg.hidden_act,
+        qkv_bias=bias,
+        o_bias=bias,
+        mlp_bias=True,
+        residual="parallel" if getattr(cfg, "use_parallel_residual", True) else "sequential",
+        sliding_window=(0,) * cfg.num_hidden_layers,
+        attn_scale=(common["head_dim"] ** -0.5,) * cfg.num_hidden_layers,
+        rope=rope,
+        dynamic_rope=dynamic,
+    )
+
+
+def _text_config(cfg: Any) -> Any:
+    text = getattr(cfg, "text_config", None)
+    if text is None:
+        raise JaxevalError(f"{cfg.model_type} config has no text_config")
+    return text
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Family:
+    """How to read one `model_type`: config -> spec, spec -> HF tensor sources, key aliases."""
+
+    build: Callable[[Any, str], ModelSpec]
+    weights: Callable[[ModelSpec], dict[str, Any]]
+    aliases: tuple[tuple[str, str], ...]
+
+
+_LLAMA = Family(
+    build=build_llama_like,
+    weights=hf_weights.llama_like,
+    aliases=hf_weights.KEY_ALIASES["llama_like"],
+)
+_GEMMA = Family(
+    build=build_gemma, weights=hf_weights.llama_like, aliases=hf_weights.KEY_ALIASES["llama_like"]
+)
+FAMILIES: dict[str, Family] = {
+    "llama": _LLAMA,
+    "mistral": _LLAMA,
+    "qwen2": _LLAMA,
+    "qwen3": _LLAMA,
+    "olmo2": _LLAMA,
+    "phi3": Family(
+        build=build_llama_like,
+        weights=hf_weights.phi3,
+        aliases=hf_weights.KEY_ALIASES["llama_like"],
+    ),
+    "gemma": _GEMMA,
+    "gemma2": _GEMMA,
+    "gemma3_text": _GEMMA,
+    # Gemma-3 image-text checkpoints: the text decoder only (`text_config`, `model.language_model.*`)
+    "gemma3": dataclasses.replace(
+        _GEMMA, build=lambda cfg, dtype: build_gemma(_text_config(cfg), dtype)
+    ),
+    "gpt2": Family(
+        build=build_gpt2, weights=hf_weights.gpt2, aliases=hf_weights.KEY_ALIASES["gpt2"]
+    ),
+    "gpt_neox": Family(
+        build=build_gpt_neox,
+        weights=hf_weights.gpt_neox,
+        aliases=hf_weights.KEY_ALIASES["gpt_neox"],
+    ),
+}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(FAMILIES))
+
+
+def spec_from_config(cfg: Any, *, compute_dtype: str = "float32") -> ModelSpec:
+    """The `ModelSpec` for a transformers config object (raises JaxevalError for other types)."""
+    model_type = getattr(cfg, "model_type", None)
+    if model_type not in FAMILIES:
+        raise JaxevalError(
+            f"model_type {model_type!r} is not supported",
+            hint=f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}",
+        )
+    return FAMILIES[model_type].build(cfg, compute_dtype)

@@ -1,0 +1,247 @@
+"""Where each canonical parameter lives in a Hugging Face checkpoint, and how to convert it.
+
+A `Source` names the HF tensor (with `{i}` for the layer index of stacked leaves) and a `convert`
+function from the HF layout of ONE layer's tensor to the canonical layout of that layer's slice
+(`None` means identical layout, so the loader can read just the slice it needs). Examples, H = 2
+heads of E = 3, D = 4:
+
+    torch Linear q_proj.weight [H*E, D] = [6, 4]   --linear_heads(2, 3)-->  q [D, H, E] = [4, 2, 3]
+    GPT-2 Conv1D c_attn.weight [D, 3*D]             --conv_heads(0, 4, 2, 3)--> columns 0:4 as [4, 2, 3]
+    NeoX query_key_value.weight [H*3*E, D], rows per head [q0 k0 v0 q1 k1 v1] --neox_qkv(0, 2, 3)--> q
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+Convert = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Source:
+    """One canonical leaf's origin: HF tensor name (`{i}` = layer) and HF -> canonical conversion."""
+
+    key: str
+    convert: Convert | None = None
+
+
+def linear(w: np.ndarray) -> np.ndarray:
+    """torch Linear [out, in] -> [in, out]."""
+    return np.ascontiguousarray(w.T)
+
+
+def linear_heads(heads: int, dim: int) -> Convert:
+    """torch Linear [heads*dim, in] -> [in, heads, dim]."""
+    return lambda w: np.ascontiguousarray(w.T).reshape(w.shape[1], heads, dim)
+
+
+def linear_out_heads(heads: int, dim: int) -> Convert:
+    """torch Linear [out, heads*dim] -> [heads, dim, out]."""
+    return lambda w: np.ascontiguousarray(w.T).reshape(heads, dim, w.shape[0])
+
+
+def split_heads(heads: int, dim: int) -> Convert:
+    """bias [heads*dim] -> [heads, dim] (or Conv1D [heads*dim, out] -> [heads, dim, out])."""
+    return lambda b: np.ascontiguousarray(b).reshape(heads, dim, *b.shape[1:])
+
+
+def conv_heads(start: int, stop: int, heads: int, dim: int) -> Convert:
+    """GPT-2 Conv1D [in, 3*D] columns start:stop -> [in, heads, dim]; bias [3*D] -> [heads, dim]."""
+
+    def convert(w: np.ndarray) -> np.ndarray:
+        part = np.ascontiguousarray(w[..., start:stop])
+        return part.reshape(*w.shape[:-1], heads, dim)
+
+    return convert
+
+
+def neox_qkv(part: int, heads: int, dim: int) -> Convert:
+    """NeoX fused [heads*3*dim, in] (per head: q, k, v) -> part's [in, heads, dim]; bias -> [heads, dim]."""
+
+    def convert(w: np.ndarray) -> np.ndarray:
+        if w.ndim == 1:
+            return np.ascontiguousarray(w.reshape(heads, 3, dim)[:, part])
+        return np.ascontiguousarray(
+            w.reshape(heads, 3, dim, w.shape[1])[:, part].transpose(2, 0, 1)
+        )
+
+    return convert
+
+
+def _norm(spec, weight: str, bias: str | None = None) -> dict[str, Source]:
+    out = {"scale": Source(key=weight)}
+    if spec.norm == "layer":
+        out["bias"] = Source(key=bias or weight.replace(".weight", ".bias"))
+    return out
+
+
+def llama_like(spec) -> dict[str, Any]:
+    """Llama, Mistral, Qwen2/3 and Gemma 1-3: `model.layers.{i}.self_attn.q_proj.weight`, ..."""
+    H, G, E = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    layer = "model.layers.{i}."
+    a = layer + "self_attn."
+    attn: dict[str, Any] = {
+        "q": Source(key=a + "q_proj.weight", convert=linear_heads(H, E)),
+        "k": Source(key=a + "k_proj.weight", convert=linear_heads(G, E)),
+        "v": Source(key=a + "v_proj.weight", convert=linear_heads(G, E)),
+        "o": Source(key=a + "o_proj.weight", convert=linear_out_heads(H, E)),
+    }
+    if spec.qkv_bias:
+        attn["q_bias"] = Source(key=a + "q_proj.bias", convert=split_heads(H, E))
+        attn["k_bias"] = Source(key=a + "k_proj.bias", convert=split_heads(G, E))
+        attn["v_bias"] = Source(key=a + "v_proj.bias", convert=split_heads(G, E))
+    if spec.o_bias:
+        attn["o_bias"] = Source(key=a + "o_proj.bias")
+    if spec.qk_norm == "head":
+        attn["q_norm"] = _norm(spec, a + "q_norm.weight")
+        attn["k_norm"] = _norm(spec, a + "k_norm.weight")
+    elif spec.qk_norm == "heads":  # OLMo-2: one [H*E] scale -> [H, E]
+        attn["q_norm"] = {"scale": Source(key=a + "q_norm.weight", convert=split_heads(H, E))}
+        attn["k_norm"] = {"scale": Source(key=a + "k_norm.weight", convert=split_heads(G, E))}
+    m = layer + "mlp."
+    mlp: dict[str, Any] = {
+        "gate": Source(key=m + "gate_proj.weight", convert=linear),
+        "up": Source(key=m + "up_proj.weight", convert=linear),
+        "down": Source(key=m + "down_proj.weight", convert=linear),
+    }
+    if spec.mlp_bias:
+        for name in ("gate", "up", "down"):
+            mlp[f"{name}_bias"] = Source(key=m + f"{name}_proj.bias")
+    layers: dict[str, Any] = {"attn": attn, "mlp": mlp}
+    if spec.residual == "post_norm":  # OLMo-2: only the two post-norms
+        layers["post_attn_norm"] = _norm(spec, layer + "post_attention_layernorm.weight")
+        layers["post_mlp_norm"] = _norm(spec, layer + "post_feedforward_layernorm.weight")
+        return _llama_tree(spec, layers)
+    layers["attn_norm"] = _norm(spec, layer + "input_layernorm.weight")
+    if spec.sandwich_norms:  # Gemma-2/3 name their four norms differently from Llama's two
+        layers["post_attn_norm"] = _norm(spec, layer + "post_attention_layernorm.weight")
+        layers["mlp_norm"] = _norm(spec, layer + "pre_feedforward_layernorm.weight")
+        layers["post_mlp_norm"] = _norm(spec, layer + "post_feedforward_layernorm.weight")
+    else:
+        layers["mlp_norm"] = _norm(spec, layer + "post_attention_layernorm.weight")
+    return _llama_tree(spec, layers)
+
+
+def _llama_tree(spec, layers: dict[str, Any]) -> dict[str, Any]:
+    tree = {
+        "embed": Source(key="model.embed_tokens.weight"),
+        "layers": layers,
+        "final_norm": _norm(spec, "model.norm.weight"),
+    }
+    if not spec.tie_embeddings:
+        tree["lm_head"] = Source(key="lm_head.weight")
+    return tree
+
+
+def rows(start: int, stop: int, then: Convert) -> Convert:
+    """Rows start:stop of a fused torch Linear [out, in], then `then`."""
+    return lambda w: then(w[start:stop])
+
+
+def phi3(spec) -> dict[str, Any]:
+    """Phi-3: Llama names, but fused `qkv_proj` rows [q | k | v] and `gate_up_proj` rows [gate | up]."""
+    H, G, E, F = spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.intermediate_size
+    tree = llama_like(spec)
+    a, m = "model.layers.{i}.self_attn.", "model.layers.{i}.mlp."
+    qkv, q_end, k_end = a + "qkv_proj.weight", H * E, (H + G) * E
+    tree["layers"]["attn"].update(
+        q=Source(key=qkv, convert=rows(0, q_end, linear_heads(H, E))),
+        k=Source(key=qkv, convert=rows(q_end, k_end, linear_heads(G, E))),
+        v=Source(key=qkv, convert=rows(k_end, k_end + G * E, linear_heads(G, E))),
+    )
+    tree["layers"]["mlp"].update(
+        gate=Source(key=m + "gate_up_proj.weight", convert=rows(0, F, linear)),
+        up=Source(key=m + "gate_up_proj.weight", convert=rows(F, 2 * F, linear)),
+    )
+    return tree
+
+
+def gpt2(spec) -> dict[str, Any]:
+    """GPT-2: Conv1D weights stored [in, out]; fused c_attn columns [q | k | v]."""
+    H, E, D = spec.num_heads, spec.head_dim, spec.hidden_size
+    h = "transformer.h.{i}."
+    c_attn, c_bias = h + "attn.c_attn.weight", h + "attn.c_attn.bias"
+    tree = {
+        "embed": Source(key="transformer.wte.weight"),
+        "pos_embed": Source(key="transformer.wpe.weight"),
+        "final_norm": _norm(spec, "transformer.ln_f.weight"),
+        "layers": {
+            "attn_norm": _norm(spec, h + "ln_1.weight"),
+            "mlp_norm": _norm(spec, h + "ln_2.weight"),
+            "attn": {
+                "q": Source(key=c_attn, convert=conv_heads(0, D, H, E)),
+                "k": Source(key=c_attn, convert=conv_heads(D, 2 * D, H, E)),
+                "v": Source(key=c_attn, convert=conv_heads(2 * D, 3 * D, H, E)),
+                "q_bias": Source(key=c_bias, convert=conv_heads(0, D, H, E)),
+                "k_bias": Source(key=c_bias, convert=conv_heads(D, 2 * D, H, E)),
+                "v_bias": Source(key=c_bias, convert=conv_heads(2 * D, 3 * D, H, E)),
+                "o": Source(key=h + "attn.c_proj.weight", convert=split_heads(H, E)),
+                "o_bias": Source(key=h + "attn.c_proj.bias"),
+            },
+            "mlp": {
+                "up": Source(key=h + "mlp.c_fc.weight"),
+                "up_bias": Source(key=h + "mlp.c_fc.bias"),
+                "down": Source(key=h + "mlp.c_proj.weight"),
+                "down_bias": Source(key=h + "mlp.c_proj.bias"),
+            },
+        },
+    }
+    if not spec.tie_embeddings:
+        tree["lm_head"] = Source(key="lm_head.weight")
+    return tree
+
+
+def gpt_neox(spec) -> dict[str, Any]:
+    """GPT-NeoX / Pythia: fused query_key_value laid out per head, untied `embed_out`."""
+    H, E = spec.num_heads, spec.head_dim
+    layer = "gpt_neox.layers.{i}."
+    qkv, qkv_bias = (
+        layer + "attention.query_key_value.weight",
+        layer + "attention.query_key_value.bias",
+    )
+    attn: dict[str, Any] = {
+        "q": Source(key=qkv, convert=neox_qkv(0, H, E)),
+        "k": Source(key=qkv, convert=neox_qkv(1, H, E)),
+        "v": Source(key=qkv, convert=neox_qkv(2, H, E)),
+        "o": Source(key=layer + "attention.dense.weight", convert=linear_out_heads(H, E)),
+    }
+    if spec.qkv_bias:
+        attn["q_bias"] = Source(key=qkv_bias, convert=neox_qkv(0, H, E))
+        attn["k_bias"] = Source(key=qkv_bias, convert=neox_qkv(1, H, E))
+        attn["v_bias"] = Source(key=qkv_bias, convert=neox_qkv(2, H, E))
+    if spec.o_bias:
+        attn["o_bias"] = Source(key=layer + "attention.dense.bias")
+    tree = {
+        "embed": Source(key="gpt_neox.embed_in.weight"),
+        "final_norm": _norm(spec, "gpt_neox.final_layer_norm.weight"),
+        "layers": {
+            "attn_norm": _norm(spec, layer + "input_layernorm.weight"),
+            "mlp_norm": _norm(spec, layer + "post_attention_layernorm.weight"),
+            "attn": attn,
+            "mlp": {
+                "up": Source(key=layer + "mlp.dense_h_to_4h.weight", convert=linear),
+                "up_bias": Source(key=layer + "mlp.dense_h_to_4h.bias"),
+                "down": Source(key=layer + "mlp.dense_4h_to_h.weight", convert=linear),
+                "down_bias": Source(key=layer + "mlp.dense_4h_to_h.bias"),
+            },
+        },
+    }
+    if not spec.tie_embeddings:
+        tree["lm_head"] = Source(key="embed_out.weight")
+    return tree
+
+
+# Alternative spellings of the same tensor in other exports: tried in order when a key is missing.
+KEY_ALIASES: dict[str, tuple[tuple[str, str], ...]] = {
+    "llama_like": (
+        ("model.", ""),
+        ("model.", "model.language_model."),
+        ("model.", "language_model.model."),
+    ),
+    "gpt2": (("transformer.", ""),),
+    "gpt_neox": (("gpt_neox.", ""),),
+}

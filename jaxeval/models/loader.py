@@ -1,0 +1,226 @@
+"""`load_model`: a Hugging Face safetensors checkpoint -> (`ModelSpec`, params placed on a mesh).
+
+Each parameter is created with `jax.make_array_from_callback(shape, sharding, callback)`: the
+callback receives the global index of one device's shard and returns just that piece, read from the
+checkpoint (a row range of the embedding; for stacked [L, ...] leaves, the layers in range, each
+read and converted from its HF layout into one preallocated shard buffer). The host holds at most one
+shard of one parameter plus one layer's tensor at a time, never a second copy of the model.
+
+    load_model("/ckpt/llama", mesh=make_mesh("data_model"), dtype="bfloat16")
+      -> LoadedModel(spec=ModelSpec(model_type="llama", ...), params={...}, hf_config, path, mesh)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax
+import ml_dtypes
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxeval.errors import JaxevalError
+from jaxeval.mesh import single_device_mesh
+from jaxeval.models.checkpoint import CheckpointReader
+from jaxeval.models.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
+from jaxeval.models.hf_weights import Source
+from jaxeval.models.params import ParamInfo, is_info, param_layout
+from jaxeval.models.sharding import logical_sharding
+from jaxeval.models.spec import ModelSpec
+
+STORAGE_DTYPES: dict[str, Any] = {
+    "float32": np.float32,
+    "bfloat16": ml_dtypes.bfloat16,
+    "float16": np.float16,
+}
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class LoadedModel:
+    """A loaded model: static spec, params on `mesh`, the transformers config, the local path."""
+
+    spec: ModelSpec
+    params: Any
+    hf_config: Any
+    path: str
+    mesh: Mesh
+
+
+def _dtype_name(name: str | None, raw_config: dict[str, Any], *, what: str) -> str:
+    name = _DTYPE_ALIASES.get(name, name)
+    if name == "auto":
+        saved = raw_config.get("dtype") or raw_config.get("torch_dtype") or "float32"
+        name = saved if saved in STORAGE_DTYPES else "float32"
+    if name not in STORAGE_DTYPES:
+        raise JaxevalError(
+            f"unknown {what} {name!r}",
+            hint=f"use one of {', '.join(STORAGE_DTYPES)} or 'auto'",
+        )
+    return name
+
+
+def resolve_path(pretrained: str, revision: str | None = None) -> str:
+    """A local directory as is; otherwise a hub id looked up in the local Hugging Face cache."""
+    if os.path.isdir(pretrained):
+        return os.path.abspath(pretrained)
+    try:
+        from huggingface_hub import snapshot_download
+
+        patterns = ["*.json", "*.safetensors", "*.model", "*.txt"]
+        try:
+            return snapshot_download(
+                pretrained, revision=revision, allow_patterns=patterns, local_files_only=True
+            )
+        except Exception:
+            if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+                raise
+            return snapshot_download(pretrained, revision=revision, allow_patterns=patterns)
+    except Exception as err:
+        raise JaxevalError(
+            f"model {pretrained!r} is neither a local directory nor available from the Hugging Face hub"
+            f" cache ({type(err).__name__})",
+            hint="pass a directory holding config.json and *.safetensors, or download the model first",
+        ) from err
+
+
+def _read_raw_config(path: str) -> dict[str, Any]:
+    config_path = os.path.join(path, "config.json")
+    if not os.path.isfile(config_path):
+        raise JaxevalError(
+            "missing config.json", file=path, hint="the model directory needs its config.json"
+        )
+    with open(config_path) as f:
+        return json.load(f)
+
+
+def _check_supported(raw: dict[str, Any], path: str, trust_remote_code: bool) -> str:
+    if raw.get("auto_map") and not trust_remote_code:
+        raise JaxevalError(
+            "this model's config.json has an auto_map (custom code) and trust_remote_code is off",
+            file=path,
+            hint="pass trust_remote_code=True only if you trust the repository's code",
+        )
+    model_type = raw.get("model_type")
+    if model_type not in FAMILIES:
+        raise JaxevalError(
+            f"model_type {model_type!r} is not supported",
+            file=path,
+            hint=f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}",
+        )
+    return model_type
+
+
+def _resolve_keys(
+    reader: CheckpointReader, family: Family, sources: Any, spec: ModelSpec, path: str
+) -> Any:
+    """Replaces each Source key by the name actually present (trying the family's aliases)."""
+
+    def resolve(name: str) -> str:
+        if name in reader:
+            return name
+        for old, new in family.aliases:
+            if name.startswith(old) and new + name[len(old) :] in reader:
+                return new + name[len(old) :]
+        raise JaxevalError(
+            f"tensor {name!r} is missing from the checkpoint",
+            file=path,
+            hint=f"check that the weights match config.json (model_type {spec.model_type!r})",
+        )
+
+    def fix(source: Source) -> Source:
+        if "{i}" not in source.key:
+            return dataclasses.replace(source, key=resolve(source.key))
+        keys = [resolve(source.key.format(i=i)) for i in range(spec.num_layers)]
+        template = keys[0].replace(".0.", ".{i}.", 1) if ".0." in keys[0] else keys[0]
+        if [template.format(i=i) for i in range(spec.num_layers)] != keys:
+            raise JaxevalError(f"inconsistent layer tensor names for {source.key!r}", file=path)
+        return dataclasses.replace(source, key=template)
+
+    return jax.tree.map(fix, sources, is_leaf=lambda x: isinstance(x, Source))
+
+
+def _load_leaf(
+    reader: CheckpointReader, info: ParamInfo, source: Source, sharding: Any, dtype: Any, path: str
+) -> jax.Array:
+    stacked = info.axes[0] == "layers"
+    expected = tuple(info.shape[1:] if stacked else info.shape)
+
+    def piece(key: str, index: tuple[slice, ...]) -> np.ndarray:
+        if source.convert is None:  # same layout: read only the rows this shard needs
+            if reader.shape(key) != expected:
+                raise JaxevalError(
+                    f"tensor {key!r} has shape {reader.shape(key)}, expected {expected}", file=path
+                )
+            rows = index[0] if index else None
+            return reader.read(key, rows)[(slice(None), *index[1:])] if index else reader.read(key)
+        full = source.convert(reader.read(key))
+        if tuple(full.shape) != expected:
+            raise JaxevalError(
+                f"tensor {key!r} converts to shape {tuple(full.shape)}, expected {expected}",
+                file=path,
+            )
+        return full[index]
+
+    def callback(index: tuple[slice, ...]) -> np.ndarray:
+        index = tuple(index)
+        if not stacked:
+            return np.asarray(piece(source.key, index), dtype=dtype)
+        layers = range(info.shape[0])[index[0]]
+        out = None
+        for j, i in enumerate(layers):  # fill one preallocated shard, one layer at a time
+            part = piece(source.key.format(i=i), index[1:])
+            if out is None:
+                out = np.empty((len(layers), *part.shape), dtype)
+            out[j] = part
+        return out
+
+    return jax.make_array_from_callback(info.shape, sharding, callback)
+
+
+def load_model(
+    pretrained: str,
+    *,
+    mesh: Mesh | None = None,
+    dtype: str = "float32",
+    compute_dtype: str | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """Loads a supported HF checkpoint (safetensors) onto `mesh` (one device when None).
+
+    `dtype` is the storage dtype of the params (float32, bfloat16, float16 or 'auto' = the
+    checkpoint's), `compute_dtype` the activations' dtype (defaults to `dtype`).
+    """
+    path = resolve_path(pretrained, revision)
+    raw = _read_raw_config(path)
+    model_type = _check_supported(raw, path, trust_remote_code)
+    storage = _dtype_name(dtype, raw, what="dtype")
+    compute = _dtype_name(compute_dtype, raw, what="compute_dtype") if compute_dtype else storage
+
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    family = FAMILIES[model_type]
+    spec = family.build(hf_config, compute)
+    mesh = single_device_mesh() if mesh is None else mesh
+
+    reader = CheckpointReader(path)
+    layout = param_layout(spec)
+    sources = _resolve_keys(reader, family, family.weights(spec), spec, path)
+    if jax.tree.structure(layout, is_leaf=is_info) != jax.tree.structure(
+        sources, is_leaf=lambda x: isinstance(x, Source)
+    ):
+        raise AssertionError(f"weight map of {model_type} does not match its parameter layout")
+
+    np_dtype = STORAGE_DTYPES[storage]
+
+    def load(info: ParamInfo, source: Source) -> jax.Array:
+        sharding = logical_sharding(mesh, info.axes, info.shape)
+        return _load_leaf(reader, info, source, sharding, np_dtype, path)
+
+    params = jax.tree.map(load, layout, sources, is_leaf=is_info)
+    return LoadedModel(spec=spec, params=params, hf_config=hf_config, path=path, mesh=mesh)

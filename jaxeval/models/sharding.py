@@ -1,0 +1,87 @@
+"""Logical axes -> mesh axes: THE rule table for parameter sharding, and the helpers that apply it.
+
+Every parameter dimension carries a logical name (see `params.param_layout`); `LOGICAL_AXIS_RULES`
+maps each name to a mesh axis (or None = replicated). A dimension whose size is not divisible by its
+mesh axis size, or whose mesh axis is absent from the mesh or already used by an earlier dimension
+of the same array, falls back to replicated, so tiny models never fail to shard.
+
+    q [L, D, H, E] with axes (layers, embed, heads, head_dim) on mesh {data: 2, fsdp: 1, model: 4}
+        -> PartitionSpec(None, "fsdp", "model", None) if H % 4 == 0, else (None, "fsdp", None, None)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxeval.models.params import is_info, param_layout
+
+LOGICAL_AXIS_RULES: dict[str, str | None] = {
+    "vocab": "model",
+    "embed": "fsdp",
+    "heads": "model",
+    "kv_heads": "model",
+    "head_dim": None,
+    "mlp": "model",
+    "layers": None,  # scanned over: never split
+    "norm": None,
+    "positions": None,
+}
+
+
+def logical_sharding(
+    mesh: Mesh, axes: Sequence[str], shape: Sequence[int], rules: dict[str, Any] | None = None
+) -> NamedSharding:
+    """The NamedSharding for one array with the given logical axes (fallbacks in the docstring)."""
+    rules = LOGICAL_AXIS_RULES if rules is None else rules
+    used: set[str] = set()
+    spec = []
+    for name, size in zip(axes, shape):
+        if name not in rules:
+            raise KeyError(
+                f"logical axis {name!r} has no sharding rule; add it to LOGICAL_AXIS_RULES"
+            )
+        axis = rules[name]
+        ok = (
+            axis is not None
+            and axis in mesh.shape
+            and axis not in used
+            and mesh.shape[axis] > 1
+            and size % mesh.shape[axis] == 0
+        )
+        spec.append(axis if ok else None)
+        if ok:
+            used.add(axis)
+    return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+def cache_shardings(spec, mesh: Mesh, batch: int, length: int) -> Any:
+    """NamedShardings for `spec.init_cache(batch, length)`: rows on the batch axes, kv heads on model.
+
+    k, v [L, B, C, G, E] -> (None, batch axes, None, model?, None); valid, positions [B, C] -> rows.
+    """
+    from jaxeval.models.decoder import KVCache
+
+    batch_axes = tuple(a for a in ("data", "fsdp") if a in mesh.shape and mesh.shape[a] > 1)
+    n = 1
+    for a in batch_axes:
+        n *= mesh.shape[a]
+    rows = (
+        (batch_axes if len(batch_axes) > 1 else batch_axes[0])
+        if batch_axes and batch % n == 0
+        else None
+    )
+    heads = logical_sharding(mesh, ("kv_heads",), (spec.num_kv_heads,)).spec[0]
+    kv = NamedSharding(mesh, PartitionSpec(None, rows, None, heads, None))
+    slots = NamedSharding(mesh, PartitionSpec(rows, None))
+    return KVCache(k=kv, v=kv, valid=slots, positions=slots)
+
+
+def param_shardings(spec, mesh: Mesh) -> dict[str, Any]:
+    """A NamedSharding per parameter leaf, same tree as the parameters."""
+    return jax.tree.map(
+        lambda i: logical_sharding(mesh, i.axes, i.shape), param_layout(spec), is_leaf=is_info
+    )

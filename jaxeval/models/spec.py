@@ -1,0 +1,150 @@
+"""`ModelSpec`: everything static about a model, hashable, with the model's pure functions as methods.
+
+A spec is passed to `jax.jit` as a static argument, so it holds only hashable values (ints, strings,
+tuples, frozen dataclasses) and no arrays. Its methods are pure functions of `params` (nothing is
+captured from an object), thin wrappers over `decoder.py`:
+
+    spec.hidden(params, tokens, positions, segment, parent) -> [B, T, D]    (final norm included)
+    spec.head_weight(params) -> [V, D];  spec.finalize_logits(logits);  spec.head(params, h) -> [..., V]
+    spec.init_cache(batch, length, dtype) -> KVCache
+    spec.forward_cached(params, cache, tokens, positions, valid, index) -> ([B, T, D], KVCache)
+
+Per-layer tuples (`sliding_window`, `attn_scale`, `rope`) have exactly `num_layers` entries;
+`sliding_window` 0 means global attention on that layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+
+from jaxeval.models import decoder
+from jaxeval.models import params as params_lib
+from jaxeval.models.decoder import KVCache
+from jaxeval.models.layers import ACTIVATIONS, MLP_KINDS, NORM_KINDS
+from jaxeval.models.rope import DynamicRope, LayerRope
+from jaxeval.shapes import Bool, Float, Int
+
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+RESIDUAL_KINDS = ("sequential", "parallel", "post_norm")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """The static description of a decoder-only LM (glossary letters in comments)."""
+
+    model_type: str
+    vocab_size: int  # V
+    hidden_size: int  # D
+    num_layers: int  # L
+    num_heads: int  # H
+    num_kv_heads: int  # G
+    head_dim: int  # E
+    intermediate_size: int  # F
+    max_position_embeddings: int
+    norm: str  # one of NORM_KINDS
+    norm_eps: float
+    mlp: str  # one of MLP_KINDS
+    activation: str  # a key of layers.ACTIVATIONS
+    sliding_window: tuple[int, ...]  # [L], 0 = global
+    attn_scale: tuple[float, ...]  # [L], multiplies q.k
+    tie_embeddings: bool
+    rope: tuple[LayerRope, ...] = ()  # [L]; empty with learned positions or dynamic rope
+    dynamic_rope: DynamicRope | None = None
+    learned_positions: bool = False
+    qk_norm: str | None = (
+        None  # "head": over E per head (Qwen3, Gemma-3); "heads": over H*E (OLMo-2)
+    )
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    residual: str = "sequential"  # or "parallel" (GPT-NeoX), "post_norm" (OLMo-2: no pre-norms)
+    sandwich_norms: bool = False  # Gemma-2/3 post-attention and post-MLP norms
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    embed_scale: float | None = None  # Gemma: sqrt(D)
+    compute_dtype: str = "float32"
+
+    def __post_init__(self):
+        L = self.num_layers
+        problems = []
+        if self.norm not in NORM_KINDS:
+            problems.append(f"norm {self.norm!r} not in {NORM_KINDS}")
+        if self.mlp not in MLP_KINDS:
+            problems.append(f"mlp {self.mlp!r} not in {MLP_KINDS}")
+        if self.activation not in ACTIVATIONS:
+            problems.append(f"activation {self.activation!r} not in {sorted(ACTIVATIONS)}")
+        if self.residual not in RESIDUAL_KINDS:
+            problems.append(f"residual {self.residual!r} not in {RESIDUAL_KINDS}")
+        if self.qk_norm not in (None, "head", "heads"):
+            problems.append(f"qk_norm {self.qk_norm!r} not None, 'head' or 'heads'")
+        if self.num_heads % self.num_kv_heads:
+            problems.append(
+                f"{self.num_heads} heads not a multiple of {self.num_kv_heads} kv heads"
+            )
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            problems.append(f"compute_dtype {self.compute_dtype!r} not in {COMPUTE_DTYPES}")
+        for name in ("sliding_window", "attn_scale"):
+            if len(getattr(self, name)) != L:
+                problems.append(f"{name} has {len(getattr(self, name))} entries for {L} layers")
+        if self.rope and len(self.rope) != L:
+            problems.append(f"rope has {len(self.rope)} entries for {L} layers")
+        if problems:
+            raise ValueError("invalid ModelSpec: " + "; ".join(problems))
+
+    @property
+    def rotary_dim(self) -> int:
+        """E': the number of rotated features per head (0 without rope)."""
+        if self.dynamic_rope is not None:
+            return self.dynamic_rope.dim
+        return 2 * len(self.rope[0].inv_freq) if self.rope else 0
+
+    # ---- the model's pure functions -------------------------------------------------------
+    def hidden(
+        self,
+        params: Any,
+        tokens: Int["B T"],
+        positions: Int["B T"],
+        segment: Int["B T"],
+        parent: Int["B T"],
+    ) -> Float["B T D"]:
+        return decoder.hidden(self, params, tokens, positions, segment, parent)
+
+    def head_weight(self, params: Any) -> Float["V D"]:
+        return decoder.head_weight(self, params)
+
+    def finalize_logits(self, logits: jax.Array) -> jax.Array:
+        return decoder.finalize_logits(self, logits)
+
+    def head(self, params: Any, h: Float["... D"]) -> Float["... V"]:
+        return decoder.head(self, params, h)
+
+    def init_cache(self, batch: int, length: int, dtype: Any = None) -> KVCache:
+        return decoder.init_cache(self, batch, length, dtype or self.compute_dtype)
+
+    def forward_cached(
+        self,
+        params: Any,
+        cache: KVCache,
+        tokens: Int["B T"],
+        positions: Int["B T"],
+        valid: Bool["B T"],
+        index: Int[""],
+    ) -> tuple[Float["B T D"], KVCache]:
+        return decoder.forward_cached(self, params, cache, tokens, positions, valid, index)
+
+    # ---- parameters -----------------------------------------------------------------------
+    def param_layout(self) -> dict[str, Any]:
+        return params_lib.param_layout(self)
+
+    def abstract_params(self, dtype: Any = "float32") -> dict[str, Any]:
+        return params_lib.abstract_params(self, dtype)
+
+    def init_params(self, key: jax.Array, *, std: float = 0.2, dtype: Any = "float32") -> Any:
+        return params_lib.init_params(self, key, std=std, dtype=dtype)
+
+    def param_count(self, params: Any = None) -> int:
+        """Parameters in `params`, or in this spec's layout when `params` is None."""
+        return params_lib.param_count(self.abstract_params() if params is None else params)
