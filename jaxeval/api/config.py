@@ -169,11 +169,14 @@ class TaskConfig:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name == "fewshot_config":
+                # Always present, with the inherited defaults, as lm-eval dumps it (functions kept as
+                # objects there, exactly like lm-eval; the JSON writer prints them with str()).
+                out[f.name] = dataclasses.asdict(self.fewshot)  # type: ignore[attr-defined]
+                continue
             if value is None:
                 continue
-            if f.name == "fewshot_config":
-                value = {k: _printable(v) for k, v in dataclasses.asdict(self.fewshot).items()}
-            elif f.name == "metric_list":
+            if f.name == "metric_list":
                 value = [{k: _printable(v) for k, v in m.items()} for m in value]
             else:
                 value = _printable(value)

@@ -67,14 +67,17 @@ def find_local_files(data_dir: str, *, dataset_path: str | None, dataset_name: s
     """Maps a hub task onto local files laid out like the hub repository (`--data_dir DIR`).
 
     For `dataset_path: allenai/ai2_arc`, `dataset_name: ARC-Easy`, split `test` it looks for
-    `DIR/ai2_arc/ARC-Easy/test.jsonl`, then `DIR/ai2_arc/test.jsonl` (also .json, .csv, .parquet).
-    Returns {split: path} for the splits found, or None when none is.
+    `DIR/ai2_arc/ARC-Easy/test.jsonl`, then `DIR/ai2_arc/test.jsonl`, then `DIR/ARC-Easy/test.jsonl`
+    (the last serves configs of collections, e.g. `super_glue` + `boolq` -> `DIR/boolq/`); each also
+    as .json, .csv, .parquet. Returns {split: path} for the first folder holding any split, or None.
     """
     if not dataset_path:
         return None
     base = os.path.join(data_dir, dataset_path.rstrip("/").split("/")[-1])
     folders = [os.path.join(base, dataset_name)] if dataset_name else []
     folders.append(base)
+    if dataset_name:
+        folders.append(os.path.join(data_dir, dataset_name))
     for folder in folders:
         found = {}
         for split in splits:

@@ -212,3 +212,15 @@ def test_upload_flags_are_refused_clearly(capsys, flag):
 def test_bad_device(capsys):
     assert run("--tasks", "arc_easy", "--device", "mps") == 2
     assert "not a JAX platform" in capsys.readouterr().err
+
+
+def test_data_dir_finds_collection_configs_by_name(shared_data):
+    from jaxeval.api.data import find_local_files
+
+    found = find_local_files(str(shared_data), dataset_path="aps/super_glue", dataset_name="boolq",
+                             splits=["train", "validation"])
+    assert found == {"validation": str(shared_data / "boolq" / "validation.jsonl")}
+    arc = find_local_files(str(shared_data), dataset_path="allenai/ai2_arc", dataset_name="ARC-Easy",
+                           splits=["train", "validation", "test"])
+    assert set(arc) == {"validation", "test"}
+    assert find_local_files(str(shared_data), dataset_path="x/none", dataset_name="nope", splits=["test"]) is None
