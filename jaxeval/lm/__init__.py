@@ -1,6 +1,34 @@
-"""Models as the evaluator sees them: the `LM` interface, the model registry and `--model_args`."""
+"""Models as the evaluator sees them: the `LM` interface, the model registry, `--model_args`, and the
+JAX adapter (`JaxLM`, registered as "jax" and "hf") with its encoding, planning and bucketing.
+
+The JAX-side names load lazily, so the task engine and CLI errors never pay for importing JAX.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from jaxeval.lm.args import parse_model_args
 from jaxeval.lm.base import LM, MODELS
 
-__all__ = ["LM", "MODELS", "parse_model_args"]
+_LAZY = {
+    "Bucket": "jaxeval.lm.buckets",
+    "BucketSet": "jaxeval.lm.buckets",
+    "make_buckets": "jaxeval.lm.buckets",
+    "Encoder": "jaxeval.lm.encoding",
+    "resolve_max_length": "jaxeval.lm.encoding",
+    "rolling_windows": "jaxeval.lm.encoding",
+    "truncate_request": "jaxeval.lm.encoding",
+    "JaxLM": "jaxeval.lm.jax_lm",
+    "Plan": "jaxeval.lm.planner",
+    "plan_batches": "jaxeval.lm.planner",
+}
+
+__all__ = ["LM", "MODELS", "parse_model_args", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'jaxeval.lm' has no attribute {name!r}")

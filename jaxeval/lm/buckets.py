@@ -1,0 +1,180 @@
+"""The finite set of batch shapes the scoring kernel is compiled for.
+
+A bucket is one `(T, K)` row shape plus its row count B, chosen so that B * T is about a constant
+token budget. Every batch the planner emits has exactly one bucket's shape, so the kernel compiles
+once per bucket and never mid-run.
+
+    make_buckets(max_length=2048, token_budget=16384)
+    -> (T=256, K=32, B=64), (T=256, K=256, B=64), (T=512, K=64, B=32), (T=512, K=512, B=32),
+       (T=1024, K=128, B=16), (T=1024, K=1024, B=16), (T=2048, K=256, B=8), (T=2048, K=2048, B=8)
+
+The small-K bucket of each length serves rows with few scored tokens (multiple choice, LAMBADA),
+where the LM head would otherwise run over mostly empty score points; the K=T bucket serves rows
+that score nearly every token (rolling perplexity). The largest T is at least the model's
+max_length, so every request (after lm-eval's own left truncation) fits some bucket.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from jaxeval.errors import JaxevalError
+
+DEFAULT_TOKEN_BUDGET = 16384
+DEFAULT_MIN_LENGTH = 256
+DEFAULT_POINT_FRACTIONS = (0.125, 1.0)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, order=True)
+class Bucket:
+    """One compiled shape: rows of `length` tokens (T) with `points` score points (K), `rows` per batch (B)."""
+
+    length: int
+    points: int
+    rows: int
+
+    def __post_init__(self) -> None:
+        if min(self.length, self.points, self.rows) < 1:
+            raise ValueError(f"bucket sizes must be >= 1: {self}")
+
+    @property
+    def slots(self) -> int:
+        """S: request slots per batch (each request owns at least one score point)."""
+        return self.rows * self.points
+
+    def fits(self, tokens: int, points: int) -> bool:
+        return tokens <= self.length and points <= self.points
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BucketSet:
+    """A sorted, validated, finite set of buckets."""
+
+    buckets: tuple[Bucket, ...]
+
+    def __post_init__(self) -> None:
+        if not self.buckets:
+            raise ValueError("a BucketSet needs at least one bucket")
+        shapes = [(b.length, b.points) for b in self.buckets]
+        if shapes != sorted(set(shapes)):
+            raise ValueError(f"buckets must be sorted by (T, K) and unique: {shapes}")
+
+    def __len__(self) -> int:
+        return len(self.buckets)
+
+    def __iter__(self):
+        return iter(self.buckets)
+
+    @property
+    def max_length(self) -> int:
+        return self.buckets[-1].length
+
+    def lengths(self) -> tuple[int, ...]:
+        """The distinct row lengths T, ascending."""
+        return tuple(sorted({b.length for b in self.buckets}))
+
+    def max_points(self, length: int) -> int:
+        """The largest K among buckets of exactly this T (what a row of that length may score)."""
+        return max(b.points for b in self.buckets if b.length == length)
+
+    def row_length_for(self, tokens: int, points: int) -> int:
+        """T of the smallest bucket that fits a row holding `tokens` tokens and `points` points."""
+        return self.pick(tokens, points).length
+
+    def pick(self, tokens: int, points: int) -> Bucket:
+        """The smallest bucket (by T, then K) that fits; raises if none does."""
+        for b in self.buckets:
+            if b.fits(tokens, points):
+                return b
+        raise ValueError(
+            f"no bucket fits a row of {tokens} tokens and {points} score points: {self.buckets}"
+        )
+
+
+def _round_rows(budget: int, length: int, multiple: int) -> int:
+    rows = max(1, budget // length)
+    return max(multiple, rows // multiple * multiple)
+
+
+def make_buckets(
+    *,
+    max_length: int,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    lengths: Sequence[int] | None = None,
+    point_fractions: Sequence[float] = DEFAULT_POINT_FRACTIONS,
+    row_multiple: int = 1,
+    min_length: int = DEFAULT_MIN_LENGTH,
+) -> BucketSet:
+    """Builds the bucket grid: lengths x point fractions, B = token_budget // T (a multiple of row_multiple).
+
+    `lengths` defaults to powers of two from `min_length` up to the first one >= max_length, the last
+    replaced by max_length itself (rounded up to a multiple of 8). `row_multiple` is the number of
+    devices the batch is split over, so that every shard gets whole rows.
+    """
+    if max_length < 1:
+        raise JaxevalError(f"max_length must be positive, got {max_length}", field="max_length")
+    if lengths is None:
+        top = -(-max_length // 8) * 8
+        lengths_list = []
+        t = min(min_length, top)
+        while t < top:
+            lengths_list.append(t)
+            t *= 2
+        lengths_list.append(top)
+    else:
+        lengths_list = sorted({int(t) for t in lengths})
+        if lengths_list[-1] < max_length:
+            raise JaxevalError(
+                f"the largest bucket length {lengths_list[-1]} is below the model's max_length {max_length}",
+                field="buckets",
+                hint="add a bucket length >= max_length, or lower max_length (requests are truncated to it)",
+            )
+    shapes = set()
+    for t in lengths_list:
+        for f in point_fractions:
+            if not 0 < f <= 1:
+                raise JaxevalError(f"point fractions must be in (0, 1], got {f}", field="buckets")
+            shapes.add((t, max(8, min(t, int(round(t * f))))))
+    return BucketSet(
+        buckets=tuple(
+            Bucket(length=t, points=k, rows=_round_rows(token_budget, t, row_multiple))
+            for t, k in sorted(shapes)
+        )
+    )
+
+
+def parse_buckets(
+    spec: str | Sequence[int] | Sequence[tuple[int, int]] | BucketSet | None, **kwargs
+) -> BucketSet:
+    """`buckets=` as the user gives it: None (defaults), "256,1024,2048" (lengths), a list of lengths,
+    a list of `(T, K)` pairs, or a ready `BucketSet`."""
+    if isinstance(spec, BucketSet):
+        return spec
+    if spec is None:
+        return make_buckets(**kwargs)
+    if isinstance(spec, str):
+        try:
+            spec = [int(x) for x in spec.replace(";", ",").replace(" ", ",").split(",") if x]
+        except ValueError:
+            raise JaxevalError(
+                f"cannot parse buckets={spec!r}",
+                field="buckets",
+                hint="give lengths like 256,1024,2048",
+            ) from None
+    items = list(spec)
+    if items and isinstance(items[0], (tuple, list)):
+        budget = kwargs.get("token_budget", DEFAULT_TOKEN_BUDGET)
+        multiple = kwargs.get("row_multiple", 1)
+        pairs = sorted({(int(t), int(k)) for t, k in items})
+        if pairs[-1][0] < kwargs["max_length"]:
+            raise JaxevalError(
+                f"the largest bucket length {pairs[-1][0]} is below max_length {kwargs['max_length']}",
+                field="buckets",
+            )
+        return BucketSet(
+            buckets=tuple(
+                Bucket(length=t, points=k, rows=_round_rows(budget, t, multiple)) for t, k in pairs
+            )
+        )
+    return make_buckets(lengths=[int(x) for x in items], **kwargs)

@@ -1,0 +1,382 @@
+"""`JaxLM`: the lm-eval `LM` interface on a JAX model, registered as both "jax" and "hf".
+
+    lm = JaxLM(pretrained="/ckpt/llama", dtype="float32", mesh="data", batch_size=8)
+    lm.loglikelihood([Instance("loglikelihood", doc, ("Question: 2+2?\\nAnswer:", " 4"), 0)])
+    -> [(-3.21, False)]
+    lm.loglikelihood_rolling([Instance("loglikelihood_rolling", doc, ("some document",), 0)])
+    -> [-153.8]
+
+Requests are encoded exactly as lm-eval's HF backend encodes them (`jaxeval.lm.encoding`), planned
+into packed fixed-shape batches on the host (`jaxeval.lm.planner`), and scored by one compiled
+kernel per bucket (`jaxeval.lm.scorer`). `batch_size` keeps its lm-eval spelling but sizes a token
+budget (rows x length per batch), since rows are packed: `batch_size * max_length` tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from jaxeval.errors import JaxevalError
+from jaxeval.lm.base import LM, MODELS
+from jaxeval.lm.buckets import BucketSet, parse_buckets
+from jaxeval.lm.encoding import Encoder, resolve_max_length, truncate_request
+from jaxeval.lm.planner import Plan, plan_batches
+from jaxeval.lm.scorer import Scorer, batch_shards
+
+DEFAULT_CPU_TOKEN_BUDGET = 8192
+_MIN_AUTO_BUDGET = 1024
+_MAX_AUTO_BUDGET = 1 << 20
+
+# HFLM arguments accepted for command-line compatibility that change nothing here.
+_IGNORED_HF_ARGS = (
+    "device",
+    "parallelize",
+    "logits_cache",
+    "device_map",
+    "max_memory_per_gpu",
+    "offload_folder",
+)
+
+
+def _parse_batch_size(batch_size: int | str) -> int | str:
+    if isinstance(batch_size, str):
+        text = batch_size.strip().lower()
+        if text.startswith("auto"):
+            return "auto"
+        try:
+            return int(text)
+        except ValueError:
+            raise JaxevalError(
+                f"batch_size={batch_size!r} is neither an integer nor 'auto'/'auto:N'",
+                field="batch_size",
+            ) from None
+    if int(batch_size) < 1:
+        raise JaxevalError(f"batch_size must be >= 1, got {batch_size}", field="batch_size")
+    return int(batch_size)
+
+
+def auto_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int) -> int:
+    """A token budget from the first device's free memory (`memory_stats`); a fixed default on CPU.
+
+    Per token the layer body keeps roughly 12 D + 3 F activations plus H attention scores per key of
+    its row (float32 estimate, x2 for temporaries); half the free memory goes to activations. The
+    result is a power of two in [1024, max_batch_size * max_length].
+    """
+    device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
+    stats = None
+    try:
+        stats = device.memory_stats()
+    except Exception:  # CPU backends raise or return None
+        stats = None
+    cap = max(max_length, max_batch_size * max_length)
+    if not stats or "bytes_limit" not in stats:
+        return min(cap, max(DEFAULT_CPU_TOKEN_BUDGET, max_length))
+    free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    d = getattr(spec, "hidden_size", 4096)
+    f = getattr(spec, "intermediate_size", 4 * d)
+    h = getattr(spec, "num_heads", 32)
+    per_token = 2 * 4 * (12 * d + 3 * f + h * max_length)
+    budget = int(0.5 * free / per_token) * batch_shards(mesh)
+    budget = 1 << max(0, budget.bit_length() - 1)
+    return int(min(cap, _MAX_AUTO_BUDGET, max(_MIN_AUTO_BUDGET, max_length, budget)))
+
+
+class JaxLM(LM):
+    """A JAX model behind lm-eval's three request methods (generation: issue #5)."""
+
+    def __init__(
+        self,
+        pretrained: Any = None,
+        *,
+        dtype: str = "auto",
+        batch_size: int | str = 1,
+        max_batch_size: int = 64,
+        max_length: int | None = None,
+        add_bos_token: bool | None = None,
+        prefix_token_id: int | None = None,
+        trust_remote_code: bool = False,
+        revision: str | None = "main",
+        tokenizer: Any = None,
+        use_fast_tokenizer: bool = True,
+        backend: str = "default",
+        softmax_dtype: str | None = None,
+        mesh: Any = None,
+        token_budget: int | None = None,
+        buckets: Any = None,
+        packing: bool = True,
+        shared_context: bool = True,
+        vocab_chunk: int | None = None,
+        **kwargs: Any,
+    ):
+        unknown = sorted(set(kwargs) - set(_IGNORED_HF_ARGS))
+        if unknown:
+            raise JaxevalError(
+                f"unknown model argument(s) {', '.join(unknown)} for the jax model",
+                field="model_args",
+                hint="known: pretrained, dtype, batch_size, max_batch_size, max_length, add_bos_token, "
+                "prefix_token_id, trust_remote_code, revision, tokenizer, mesh, token_budget, buckets, "
+                "packing, shared_context, vocab_chunk",
+            )
+        if pretrained is None:
+            raise JaxevalError(
+                "the jax model needs pretrained=<checkpoint dir or hub id>", field="model_args"
+            )
+        if backend not in ("default", "causal"):
+            raise JaxevalError(
+                f"backend={backend!r} is not supported; jaxeval scores causal LMs", field="backend"
+            )
+        if softmax_dtype not in (None, "float32", "fp32"):
+            raise JaxevalError(
+                "softmax_dtype: log-softmax always runs in float32 here", field="softmax_dtype"
+            )
+        from jaxeval.mesh import make_mesh
+        from jaxeval.models import LoadedModel, load_model
+
+        if isinstance(mesh, str) or mesh is None:
+            mesh = make_mesh(mesh or ("data" if len(jax.devices()) > 1 else "single"))
+        if isinstance(pretrained, LoadedModel):
+            self.loaded = pretrained
+            if pretrained.mesh != mesh:
+                mesh = pretrained.mesh
+        else:
+            self.loaded = load_model(
+                str(pretrained),
+                mesh=mesh,
+                dtype=dtype,
+                revision=revision,
+                trust_remote_code=trust_remote_code,
+            )
+        self.mesh = mesh
+        self._tokenizer = self._make_tokenizer(
+            tokenizer,
+            self.loaded.path,
+            revision,
+            trust_remote_code,
+            use_fast_tokenizer,
+            add_bos_token,
+        )
+        self.encoder = Encoder(
+            self._tokenizer, add_bos_token=add_bos_token, prefix_token_id=prefix_token_id
+        )
+        self._max_length = (
+            int(max_length)
+            if max_length
+            else resolve_max_length(self.loaded.hf_config, self._tokenizer)
+        )
+        self.batch_size = _parse_batch_size(batch_size)
+        self.max_batch_size = int(max_batch_size)
+        if token_budget is None:
+            if self.batch_size == "auto":
+                token_budget = auto_token_budget(
+                    self.loaded.spec, mesh, self._max_length, self.max_batch_size
+                )
+            else:
+                token_budget = max(
+                    self.batch_size * self._max_length, DEFAULT_CPU_TOKEN_BUDGET // 4
+                )
+        self.token_budget = int(token_budget)
+        self.buckets: BucketSet = parse_buckets(
+            buckets,
+            max_length=self._max_length,
+            token_budget=self.token_budget,
+            row_multiple=batch_shards(mesh),
+        )
+        self.packing = bool(packing)
+        self.shared_context = bool(shared_context)
+        self.scorer = Scorer(
+            model=self.loaded.spec,
+            params=self.loaded.params,
+            mesh=mesh,
+            buckets=self.buckets,
+            vocab_chunk=vocab_chunk,
+        )
+        self.last_plan: Plan | None = None
+        self.stats: dict[str, float] = {}
+
+    @staticmethod
+    def _make_tokenizer(tokenizer, path, revision, trust_remote_code, use_fast, add_bos_token):
+        if tokenizer is not None and not isinstance(tokenizer, str):
+            return tokenizer
+        from transformers import AutoTokenizer
+
+        kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "use_fast": use_fast}
+        if revision and not os.path.isdir(tokenizer or path):
+            kwargs["revision"] = revision
+        if add_bos_token is not None:
+            kwargs["add_bos_token"] = add_bos_token
+        return AutoTokenizer.from_pretrained(tokenizer or path, **kwargs)
+
+    # ---- lm-eval's properties -----------------------------------------------------------
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    @property
+    def eot_token_id(self) -> int:
+        return self._tokenizer.eos_token_id
+
+    @property
+    def prefix_token_id(self) -> int:
+        return self.encoder.prefix_token_id
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    @property
+    def max_gen_toks(self) -> int:
+        return 256
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self._tokenizer.name_or_path.replace("/", "__")
+
+    def tok_encode(
+        self, string: str, add_special_tokens: bool | None = None, **kwargs: Any
+    ) -> list[int]:
+        return self.encoder.tok_encode(string, add_special_tokens, kwargs.get("left_truncate_len"))
+
+    def tok_decode(self, tokens: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self._tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        import jinja2
+
+        kwargs = dict(
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=not add_generation_prompt,
+        )
+        try:
+            return self._tokenizer.apply_chat_template(chat_history, **kwargs)
+        except jinja2.exceptions.TemplateError:
+            chat_history = [m for m in chat_history if m["role"] != "system"]
+            return self._tokenizer.apply_chat_template(chat_history, **kwargs)
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        if chat_template is False or chat_template is None:
+            return None
+        template = getattr(self._tokenizer, "chat_template", None)
+        if isinstance(template, dict):
+            name = chat_template if isinstance(chat_template, str) else "default"
+            return template.get(name)
+        return template
+
+    def model_info(self) -> dict[str, Any]:
+        spec = self.loaded.spec
+        return {
+            "model_type": spec.model_type,
+            "model_num_parameters": int(spec.param_count(self.loaded.params)),
+            "model_dtype": str(jax.tree.leaves(self.loaded.params)[0].dtype),
+            "max_length": self._max_length,
+            "token_budget": self.token_budget,
+            "mesh": dict(self.mesh.shape),
+        }
+
+    # ---- requests -------------------------------------------------------------------------
+    def loglikelihood(
+        self, requests: Sequence[Any], disable_tqdm: bool = False
+    ) -> list[tuple[float, bool]]:
+        pairs = [tuple(req.args[:2]) for req in requests]
+        encoded = self.encoder.encode_requests(pairs)
+        ll, greedy = self.loglikelihood_tokens(
+            encoded, disable_tqdm=disable_tqdm, desc="loglikelihood"
+        )
+        return [(float(a), bool(b)) for a, b in zip(ll, greedy)]
+
+    def loglikelihood_rolling(
+        self, requests: Sequence[Any], disable_tqdm: bool = False
+    ) -> list[float]:
+        texts = [req.args[0] for req in requests]
+        windows: list[tuple[list[int], list[int]]] = []
+        owner: list[int] = []
+        for i, ids in enumerate(self.encoder.tok_encode_many(texts)):
+            w = self._rolling(ids)
+            windows.extend(w)
+            owner.extend([i] * len(w))
+        ll, _ = self.loglikelihood_tokens(
+            windows, disable_tqdm=disable_tqdm, desc="loglikelihood_rolling"
+        )
+        totals = [0.0] * len(texts)
+        for i, value in zip(owner, ll):  # Python-float sums in window order, as lm-eval does
+            totals[i] += float(value)
+        return totals
+
+    def _rolling(self, ids: list[int]) -> list[tuple[list[int], list[int]]]:
+        from jaxeval.lm.encoding import rolling_windows
+
+        return rolling_windows(ids, prefix_token=self.prefix_token_id, max_length=self._max_length)
+
+    def loglikelihood_tokens(
+        self,
+        encoded: Sequence[tuple[Sequence[int], Sequence[int]]],
+        *,
+        disable_tqdm: bool = False,
+        desc: str = "scoring",
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Token-level entry: `(ctx_enc, cont_enc)` pairs -> (loglik float32[R], is_greedy bool[R])."""
+        if not encoded:
+            return np.zeros(0, np.float32), np.zeros(0, bool)
+        for i, (_, cont) in enumerate(encoded):
+            if len(cont) == 0:
+                raise JaxevalError(
+                    f"request {i} has an empty continuation after tokenization (lm-eval asserts on it)"
+                )
+        start = time.perf_counter()
+        truncated = [truncate_request(c, x, self._max_length) for c, x in encoded]
+        plan = plan_batches(
+            truncated, self.buckets, packing=self.packing, shared_context=self.shared_context
+        )
+        planned = time.perf_counter()
+        self.scorer.warmup()
+        warmed = time.perf_counter()
+        bar = tqdm(
+            total=len(encoded), desc=f"Running {desc} requests", disable=disable_tqdm, unit="req"
+        )
+        done = {"tokens": 0}
+        t0 = time.perf_counter()
+
+        def on_batch(n_requests: int, tokens: int) -> None:
+            done["tokens"] += tokens
+            bar.update(n_requests)
+            bar.set_postfix(tok_s=f"{done['tokens'] / max(1e-9, time.perf_counter() - t0):.0f}")
+
+        ll, greedy = self.scorer.run_plan(plan, on_batch=on_batch)
+        bar.close()
+        end = time.perf_counter()
+        self.last_plan = plan
+        self.stats = {
+            "requests": len(encoded),
+            "plan_s": planned - start,
+            "compile_s": warmed - planned,
+            "run_s": end - warmed,
+            "real_tokens": plan.real_tokens,
+            "computed_tokens": plan.computed_tokens,
+            "efficiency": plan.efficiency,
+            "batches": len(plan.batches),
+            "compile_count": self.scorer.compile_count,
+        }
+        if not np.all(np.isfinite(ll)):
+            raise AssertionError("non-finite loglikelihood returned by the kernel")
+        return ll, greedy
+
+    def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
+        raise NotImplementedError("JaxLM.generate_until is not implemented yet (issue #5)")
+
+
+def _register() -> None:
+    for name in ("jax", "hf"):
+        if name not in MODELS:
+            MODELS.add(name, JaxLM)
+
+
+_register()

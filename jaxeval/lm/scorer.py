@@ -1,0 +1,167 @@
+"""The one sharding boundary of loglikelihood scoring: compiled `score` executables per bucket.
+
+    scorer = Scorer(model=spec, params=params, mesh=mesh, buckets=buckets)
+    scorer.warmup()                                 # compiles every bucket, once
+    loglik, greedy = scorer.run_plan(plan)          # float32[R], bool[R] in request order
+
+Batches are sharded over the mesh's batch axes (`data`, and `fsdp` when present); parameters keep
+the shardings they were loaded with; the outputs are small and replicated. Every bucket is compiled
+ahead of time (`jit(...).lower(...).compile()`), so a run can never trigger a compilation.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxeval.kernels.score import ScoreBatch, default_vocab_chunk, score
+from jaxeval.lm.buckets import Bucket, BucketSet
+from jaxeval.lm.planner import Plan
+
+BATCH_AXES = ("data", "fsdp")
+
+
+def batch_axes(mesh: Mesh) -> tuple[str, ...]:
+    """The mesh axes a batch's rows are split over."""
+    return tuple(a for a in BATCH_AXES if a in mesh.axis_names)
+
+
+def batch_shards(mesh: Mesh) -> int:
+    """How many ways the rows of a batch are split (B must be a multiple of it)."""
+    n = 1
+    for a in batch_axes(mesh):
+        n *= mesh.shape[a]
+    return n
+
+
+def place_params(params: Any, mesh: Mesh) -> Any:
+    """Keeps arrays already sharded on `mesh`; replicates anything else (host arrays, other devices)."""
+    replicated = NamedSharding(mesh, P())
+
+    def place(x):
+        if (
+            isinstance(x, jax.Array)
+            and isinstance(x.sharding, NamedSharding)
+            and x.sharding.mesh == mesh
+        ):
+            return x
+        return jax.device_put(x, replicated)
+
+    return jax.tree.map(place, params)
+
+
+class Scorer:
+    """Compiled scoring for one model on one mesh and one bucket set."""
+
+    def __init__(
+        self,
+        *,
+        model: Any,
+        params: Any,
+        mesh: Mesh,
+        buckets: BucketSet,
+        vocab_chunk: int | None = None,
+    ):
+        self.model = model
+        self.mesh = mesh
+        self.buckets = buckets
+        self.params = place_params(params, mesh)
+        self.vocab_chunk = vocab_chunk
+        axes = batch_axes(mesh)
+        self.batch_sharding = NamedSharding(mesh, P(axes if axes else None, None))
+        self.replicated = NamedSharding(mesh, P())
+        shards = batch_shards(mesh)
+        for b in buckets:
+            if b.rows % shards:
+                raise ValueError(
+                    f"bucket {b} has {b.rows} rows, not a multiple of the {shards} batch shards"
+                )
+        self._in_shardings = (
+            jax.tree.map(lambda x: x.sharding, self.params),
+            ScoreBatch(*([self.batch_sharding] * len(ScoreBatch._fields))),
+        )
+        self._compiled: dict[Bucket, Callable] = {}
+        self.compile_seconds = 0.0
+        self.vocab_size = jax.eval_shape(model.head_weight, self.params).shape[0]
+
+    @property
+    def compile_count(self) -> int:
+        return len(self._compiled)
+
+    def chunk_for(self, bucket: Bucket) -> int:
+        return self.vocab_chunk or default_vocab_chunk(bucket.rows * bucket.points, self.vocab_size)
+
+    def abstract_batch(self, bucket: Bucket) -> ScoreBatch:
+        def arr(width):
+            return jax.ShapeDtypeStruct(
+                (bucket.rows, width), np.int32, sharding=self.batch_sharding
+            )
+
+        t, k = bucket.length, bucket.points
+        return ScoreBatch(arr(t), arr(t), arr(t), arr(t), arr(k), arr(k), arr(k))
+
+    def lower(self, bucket: Bucket):
+        """`score` for one bucket, its static config bound, lowered with the sharding boundary."""
+        kernel = functools.partial(
+            score, model=self.model, n_slots=bucket.slots, vocab_chunk=self.chunk_for(bucket)
+        )
+        jitted = jax.jit(kernel, in_shardings=self._in_shardings, out_shardings=self.replicated)
+        return jitted.lower(self.params, self.abstract_batch(bucket))
+
+    def compiled(self, bucket: Bucket) -> Callable:
+        if bucket not in self._compiled:
+            start = time.perf_counter()
+            self._compiled[bucket] = self.lower(bucket).compile()
+            self.compile_seconds += time.perf_counter() - start
+        return self._compiled[bucket]
+
+    def warmup(self) -> None:
+        """Compiles every bucket (the only compilations a run ever does)."""
+        for b in self.buckets:
+            self.compiled(b)
+
+    def run_plan(
+        self, plan: Plan, *, on_batch: Callable[[int, int], None] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Runs every batch of the plan; returns (loglik float32[R], is_greedy bool[R]) in request order.
+
+        Batches are dispatched one ahead of the result fetch so the host never idles the device.
+        `on_batch(n_requests, real_tokens)` is called after each batch's results arrive.
+        """
+        loglik = np.full(plan.n_requests, np.nan, np.float32)
+        greedy = np.zeros(plan.n_requests, bool)
+        answered = np.zeros(plan.n_requests, np.int64)
+        pending: list[tuple[Any, Any]] = []
+
+        def collect(item):
+            pb, out = item
+            ll, gr = jax.device_get(out)
+            used = pb.slot_request >= 0
+            idx = pb.slot_request[used]
+            loglik[idx] = ll[used]
+            greedy[idx] = gr[used]
+            np.add.at(answered, idx, 1)
+            if on_batch is not None:
+                on_batch(int(used.sum()), pb.real_tokens)
+
+        for pb in plan.batches:
+            fn = self.compiled(pb.bucket)
+            batch = jax.device_put(pb.batch, self.batch_sharding)
+            pending.append((pb, fn(self.params, batch)))
+            if len(pending) > 1:
+                collect(pending.pop(0))
+        for item in pending:
+            collect(item)
+        if not np.all(answered == 1):
+            bad = np.flatnonzero(answered != 1)[:10]
+            raise AssertionError(
+                f"requests {bad.tolist()} were answered {answered[bad].tolist()} times"
+            )
+        return loglik, greedy

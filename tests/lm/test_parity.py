@@ -1,0 +1,85 @@
+"""Request-for-request parity with lm-eval 0.4.13's HF backend, every tiny model family.
+
+Per request: |loglik - lm-eval| <= 1e-4 (rolling totals: 1e-4 + 1e-6 * |value|), identical is_greedy.
+Set JAXEVAL_PARITY_OUT=path.json to write the table of maximum deltas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from jaxeval.lm.jax_lm import JaxLM
+from tests.helpers.tiny_models import FAMILIES, tiny_checkpoint
+from tests.lm.conftest import (
+    MAX_LENGTH,
+    greedy_requests,
+    hf_oracle,
+    lm_eval_instances,
+    our_instances,
+)
+
+pytestmark = pytest.mark.oracle
+TABLE: dict[str, dict] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _write_table():
+    yield
+    out = os.environ.get("JAXEVAL_PARITY_OUT")
+    if out and TABLE:
+        with open(out, "w") as f:
+            json.dump(TABLE, f, indent=1)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_parity_with_lm_eval(family, workload):
+    path = tiny_checkpoint(family)
+    hf = hf_oracle(path)
+    lm = JaxLM(
+        pretrained=path, dtype="float32", mesh="single", max_length=MAX_LENGTH, token_budget=1024
+    )
+    tasks = dict(workload)
+    tasks["greedy"] = greedy_requests(
+        hf, [c for c, _ in workload["lambada"]] + [c for c, _ in workload["arc_easy"][::4]]
+    )
+    row = {}
+    for task, args in tasks.items():
+        if task == "wikitext":
+            want = np.array(
+                hf.loglikelihood_rolling(
+                    lm_eval_instances("loglikelihood_rolling", args), disable_tqdm=True
+                )
+            )
+            got = np.array(
+                lm.loglikelihood_rolling(
+                    our_instances("loglikelihood_rolling", args), disable_tqdm=True
+                )
+            )
+            delta = np.abs(got - want)
+            row[task] = {
+                "n": len(args),
+                "max_abs": float(delta.max()),
+                "max_rel": float((delta / np.abs(want)).max()),
+            }
+            np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-6)
+            continue
+        want = hf.loglikelihood(lm_eval_instances("loglikelihood", args), disable_tqdm=True)
+        got = lm.loglikelihood(our_instances("loglikelihood", args), disable_tqdm=True)
+        ll_w, gr_w = np.array([w[0] for w in want]), np.array([w[1] for w in want])
+        ll_g, gr_g = np.array([g[0] for g in got]), np.array([g[1] for g in got])
+        row[task] = {
+            "n": len(args),
+            "max_abs": float(np.abs(ll_g - ll_w).max()),
+            "greedy_mismatch": int((gr_g != gr_w).sum()),
+            "greedy_true": int(gr_w.sum()),
+        }
+        np.testing.assert_allclose(ll_g, ll_w, atol=1e-4, rtol=0, err_msg=task)
+        np.testing.assert_array_equal(gr_g, gr_w, err_msg=task)
+    TABLE[family] = row
+    print(family, json.dumps(row))
+    assert row["greedy"]["greedy_true"] > 0, "no is_greedy=True case was exercised"
+    assert lm.scorer.compile_count <= len(lm.buckets)
