@@ -23,6 +23,8 @@ _LAZY = {
     "JaxLM": "jaxeval.lm.jax_lm",
     "Plan": "jaxeval.lm.planner",
     "plan_batches": "jaxeval.lm.planner",
+    "Generator": "jaxeval.lm.generation",
+    "generate_until": "jaxeval.lm.generation",
 }
 
 __all__ = ["LM", "MODELS", "parse_model_args", *_LAZY]

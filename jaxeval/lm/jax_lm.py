@@ -45,6 +45,9 @@ _IGNORED_HF_ARGS = (
 )
 
 
+GEN_MIN_BATCH = 16
+
+
 def _parse_batch_size(batch_size: int | str) -> int | str:
     if isinstance(batch_size, str):
         text = batch_size.strip().lower()
@@ -113,6 +116,8 @@ class JaxLM(LM):
         packing: bool = True,
         shared_context: bool = True,
         vocab_chunk: int | None = None,
+        gen_batch_size: int | None = None,
+        seed: int = 1234,
         **kwargs: Any,
     ):
         unknown = sorted(set(kwargs) - set(_IGNORED_HF_ARGS))
@@ -122,7 +127,7 @@ class JaxLM(LM):
                 field="model_args",
                 hint="known: pretrained, dtype, batch_size, max_batch_size, max_length, add_bos_token, "
                 "prefix_token_id, trust_remote_code, revision, tokenizer, mesh, token_budget, buckets, "
-                "packing, shared_context, vocab_chunk",
+                "packing, shared_context, vocab_chunk, gen_batch_size, seed",
             )
         if pretrained is None:
             raise JaxevalError(
@@ -172,6 +177,12 @@ class JaxLM(LM):
         )
         self.batch_size = _parse_batch_size(batch_size)
         self.max_batch_size = int(max_batch_size)
+        # Generation rows per batch. Outputs never depend on it (per-row settings and PRNG keys),
+        # so lm-eval's default batch_size=1 does not force one prompt at a time here.
+        self.gen_batch_size = int(gen_batch_size) if gen_batch_size else (
+            self.max_batch_size if self.batch_size == "auto" or not isinstance(self.batch_size, int)
+            else max(self.batch_size, GEN_MIN_BATCH))
+        self.seed = int(seed)
         if token_budget is None:
             if self.batch_size == "auto":
                 token_budget = auto_token_budget(
@@ -370,7 +381,12 @@ class JaxLM(LM):
         return ll, greedy
 
     def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
-        raise NotImplementedError("JaxLM.generate_until is not implemented yet (issue #5)")
+        """lm-eval's generate_until on the JAX decode kernel (`jaxeval.lm.generation`)."""
+        from jaxeval.lm.generation import generate_until
+
+        return generate_until(requests, model=self.loaded, tokenizer=self._tokenizer, encoder=self.encoder,
+                              max_length=self._max_length, batch_size=self.gen_batch_size, seed=self.seed,
+                              disable_tqdm=disable_tqdm)
 
 
 def _register() -> None:

@@ -1,0 +1,171 @@
+"""Generation requests -> fixed-shape `GenerateBatch`es (host, numpy), one bucket shape per batch.
+
+A *prompt* is one distinct request with its `copies` (lm-eval `repeats` arrive as the same Instance
+repeated; all copies share one prefill). Prompts are grouped by (copies, N bucket, greedy or
+sampled: greedy batches compile without the sampling code), sorted longest
+first (lm-eval's order), and cut into batches of U prompts. Each batch gets the smallest bucket
+shape that fits:
+
+    U  in unique_buckets   (multiples of the batch shards, up to the batch size / copies)
+    P  in prompt_bucket    (2**k or 1.5 * 2**k, >= 16: the longest prompt of the batch, left padded)
+    N  in new_buckets      (powers of two >= 16: the largest max_gen_toks of the batch)
+
+    batch_size 8, 1 shard, copies 1, prompts of 40, 31, 30, 5 tokens, max_gen_toks 32 ->
+        one batch of shape U=4, P=64, N=32 (U=8 with shrink_last=False)
+
+Rows of the batch are `u * copies + j`; padding prompts have no valid token and `max_new = 0`.
+Every request index appears in exactly one row (`rows` maps rows back), checked by the caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from jaxeval.kernels.generate import GenerateBatch
+from jaxeval.lm.gen_kwargs import GenSettings
+from jaxeval.lm.gen_stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS, StopRows
+
+MIN_BUCKET = 16
+
+
+def pow2_at_least(n: int, floor: int = MIN_BUCKET) -> int:
+    return max(floor, 1 << max(0, (int(n) - 1).bit_length()))
+
+
+def prompt_bucket(n: int) -> int:
+    """Smallest of 16, 32, 48, 64, 96, 128, 192, 256, 384, ... (2**k and 1.5 * 2**k) >= n.
+
+    Decode steps read the whole cache (P + N slots) per token, so the prompt buckets are finer
+    than powers of two: at most a third of the prompt slots are padding.
+    """
+    p = pow2_at_least(n)
+    three_quarters = 3 * p // 4
+    return three_quarters if three_quarters >= max(n, MIN_BUCKET) and p > 32 else p
+
+
+@dataclasses.dataclass(frozen=True)
+class Prompt:
+    """One distinct request: its (truncated) prompt tokens, settings and output rows."""
+
+    tokens: tuple[int, ...]
+    settings: GenSettings
+    stops: StopRows
+    request_index: int  # index among distinct requests (the sampling key)
+    outputs: tuple[int, ...]  # positions in the caller's request list, one per copy
+
+    @property
+    def copies(self) -> int:
+        return len(self.outputs)
+
+    @property
+    def max_new(self) -> int:
+        cap = self.stops.max_new_cap
+        return min(self.settings.max_gen_toks, cap) if cap else self.settings.max_gen_toks
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketShape:
+    unique: int  # U
+    prompt: int  # P
+    new: int  # N
+    copies: int
+    sample: bool  # False: every row greedy (argmax-only kernel)
+
+    @property
+    def rows(self) -> int:
+        return self.unique * self.copies
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedBatch:
+    shape: BucketShape
+    batch: GenerateBatch  # numpy arrays
+    rows: np.ndarray  # int64[B]: caller's request position per row, -1 = padding
+
+
+def unique_bucket(n: int, max_unique: int, shards: int) -> int:
+    """Smallest shards * 2**k >= n, capped at max_unique (itself a multiple of shards)."""
+    u = shards
+    while u < n and u < max_unique:
+        u *= 2
+    return min(u, max_unique)
+
+
+def max_unique_for(batch_size: int, copies: int, shards: int) -> int:
+    per = max(1, batch_size // copies)
+    return max(shards, -(-per // shards) * shards)
+
+
+def plan_batches(
+    prompts: Sequence[Prompt], *, batch_size: int, shards: int, shrink_last: bool = True
+) -> list[PlannedBatch]:
+    """Groups, sorts and pads the prompts into bucketed batches (module docstring).
+
+    `shrink_last=False` pads every batch to the full U, so only P and N vary (fewer compilations).
+    """
+    groups: dict[tuple[int, int, bool], list[Prompt]] = {}
+    for pr in prompts:
+        key = (pr.copies, pow2_at_least(pr.max_new), pr.settings.do_sample)
+        groups.setdefault(key, []).append(pr)
+    out = []
+    for (copies, n_new, sample), group in sorted(groups.items()):
+        group.sort(key=lambda pr: (-len(pr.tokens), pr.request_index))
+        max_u = max_unique_for(batch_size, copies, shards)
+        for start in range(0, len(group), max_u):
+            chunk = group[start : start + max_u]
+            shape = BucketShape(
+                unique=unique_bucket(len(chunk), max_u, shards) if shrink_last else max_u,
+                prompt=prompt_bucket(max(len(pr.tokens) for pr in chunk)),
+                new=n_new,
+                copies=copies,
+                sample=sample,
+            )
+            out.append(_fill(chunk, shape))
+    return out
+
+
+def _fill(chunk: Sequence[Prompt], shape: BucketShape) -> PlannedBatch:
+    u, p, b, c = shape.unique, shape.prompt, shape.rows, shape.copies
+    tokens = np.zeros((u, p), np.int32)
+    valid = np.zeros((u, p), bool)
+    key_ids = np.zeros((b, 2), np.int32)
+    max_new = np.zeros(b, np.int32)
+    greedy = np.ones(b, bool)
+    temperature = np.zeros(b, np.float32)
+    top_k = np.zeros(b, np.int32)
+    top_p = np.ones(b, np.float32)
+    stop_ids = np.full((b, STOP_TOKENS), -1, np.int32)
+    stops = np.full((b, STOP_STRINGS, STOP_BYTES), -2, np.int32)
+    rows = np.full(b, -1, np.int64)
+    for i, pr in enumerate(chunk):
+        n = len(pr.tokens)
+        tokens[i, p - n :] = pr.tokens
+        valid[i, p - n :] = True
+        s = pr.settings
+        for j, pos in enumerate(pr.outputs):
+            r = i * c + j
+            rows[r] = pos
+            key_ids[r] = (pr.request_index, j)
+            max_new[r] = pr.max_new
+            greedy[r] = s.greedy
+            temperature[r] = s.temperature
+            top_k[r] = s.top_k
+            top_p[r] = s.top_p
+            stop_ids[r] = pr.stops.stop_ids
+            stops[r] = pr.stops.stops
+    batch = GenerateBatch(
+        tokens=tokens,
+        valid=valid,
+        key_ids=key_ids,
+        max_new=max_new,
+        greedy=greedy,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        stop_ids=stop_ids,
+        stops=stops,
+    )
+    return PlannedBatch(shape=shape, batch=batch, rows=rows)

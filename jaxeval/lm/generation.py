@@ -1,0 +1,443 @@
+"""`generate_until` with lm-eval 0.4.13's HF semantics on the compiled generation kernel.
+
+    texts = generate_until(requests, model=loaded, tokenizer=tok, max_length=2048, batch_size=16)
+
+Per request `(context, gen_kwargs)`, exactly as `HFLM.generate_until`:
+
+1. `gen_kwargs` normalized (`gen_kwargs.normalize`): stop strings with the EOS string appended,
+   `max_gen_toks`, greedy or sampling settings.
+2. The context encoded with lm-eval's BOS rules (`encoding.Encoder.tok_encode`) and left-truncated
+   to `max_length - max_gen_toks` tokens.
+3. Generation stops at the model's `generation_config` EOS id(s), at a stop string (found on device
+   in the decoded bytes, see `kernels/stop_match.py`) or after `max_gen_toks` tokens.
+4. The generated tokens are decoded with `skip_special_tokens=True` and cut at the earliest stop
+   string on the host; nothing else is stripped.
+
+Requests are batched across different gen_kwargs (every setting is per row, so a row's output does
+not depend on its batch); lm-eval groups by gen_kwargs only because HF `generate` takes one setting
+per call. Sampling keys come from (seed, distinct request index, repeat index).
+
+Should the device stop a row on a stop string that the full decode does not contain (possible only
+with decoders that rewrite text, e.g. `clean_up_tokenization_spaces` or a stripped leading space),
+the host notices and regenerates that row without device stop strings, so a row is never cut early.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from tqdm.auto import tqdm
+
+from jaxeval.errors import JaxevalError
+from jaxeval.kernels.generate import STOP_STRING, GenerateBatch, GenerateResult, StopTable, generate
+from jaxeval.lm.encoding import Encoder
+from jaxeval.lm.gen_kwargs import DEFAULT_MAX_GEN_TOKS, SamplingDefaults, normalize
+from jaxeval.lm.gen_plan import BucketShape, PlannedBatch, Prompt, plan_batches
+from jaxeval.lm.gen_stops import (
+    BUFFER_BYTES,
+    contains_stop,
+    cut_at_stops,
+    special_token_ids,
+    stop_rows,
+    token_bytes,
+)
+
+DEFAULT_SEED = 1234  # lm-eval's default torch seed
+_BATCH_AXES = ("data", "fsdp")
+
+
+def _batch_axes(mesh: Mesh) -> tuple[str, ...]:
+    return tuple(a for a in _BATCH_AXES if a in mesh.axis_names and mesh.shape[a] > 1)
+
+
+def _shards(mesh: Mesh) -> int:
+    n = 1
+    for a in _batch_axes(mesh):
+        n *= mesh.shape[a]
+    return n
+
+
+def load_generation_config(path: str | None, hf_config: Any) -> Any:
+    """The model's `GenerationConfig` as transformers builds it (file, else from the model config)."""
+    from transformers import GenerationConfig
+
+    if path and os.path.isfile(os.path.join(path, "generation_config.json")):
+        return GenerationConfig.from_pretrained(path)
+    return GenerationConfig.from_model_config(hf_config)
+
+
+def eos_ids_of(gen_config: Any, hf_config: Any) -> tuple[int, ...]:
+    """The EOS id(s) HF `generate` stops on: generation_config's, else the model config's."""
+    eos = getattr(gen_config, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(hf_config, "eos_token_id", None)
+    if eos is None:
+        return ()
+    return tuple(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
+
+
+class Generator:
+    """Compiled generation for one model, tokenizer and mesh; reusable across calls.
+
+    gen = Generator(model=loaded, tokenizer=tok, max_length=512, batch_size=8)
+    gen.generate_until([("Q: 2+2?\\nA:", {"until": ["\\n"], "max_gen_toks": 16})])  -> [" 4"]
+    gen.compile_count  -> distinct bucket shapes compiled so far
+    """
+
+    def __init__(
+        self,
+        *,
+        model: Any,
+        tokenizer: Any,
+        max_length: int,
+        batch_size: int = 16,
+        encoder: Encoder | None = None,
+        add_bos_token: bool | None = None,
+        eot_token_id: int | None = None,
+        default_max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
+        seed: int = DEFAULT_SEED,
+        shrink_last_batch: bool = True,
+    ):
+        from jaxeval.lm.scorer import place_params
+
+        self.spec = model.spec
+        self.mesh: Mesh = model.mesh
+        self.params = place_params(model.params, self.mesh)
+        self.tokenizer = tokenizer
+        self.encoder = encoder or Encoder(tokenizer, add_bos_token=add_bos_token)
+        self.max_length = int(max_length)
+        self.batch_size = max(1, int(batch_size))
+        self.default_max_gen_toks = int(default_max_gen_toks)
+        self.seed = int(seed)
+        self.shrink_last_batch = bool(shrink_last_batch)
+        eot = tokenizer.eos_token_id if eot_token_id is None else eot_token_id
+        self.eos_string = (
+            tokenizer.decode(eot, skip_special_tokens=False) if eot is not None else None
+        )
+        gen_config = load_generation_config(getattr(model, "path", None), model.hf_config)
+        self.eos_ids = eos_ids_of(gen_config, model.hf_config)
+        self.sampling_defaults = SamplingDefaults.from_generation_config(gen_config)
+        self.specials = special_token_ids(tokenizer)
+        self.axes = _batch_axes(self.mesh)
+        self.shards = _shards(self.mesh)
+        self.replicated = NamedSharding(self.mesh, P())
+        vocab = self.spec.vocab_size
+        table, lengths = token_bytes(tokenizer, vocab, BUFFER_BYTES)
+        self.stop_table = StopTable(
+            bytes=jax.device_put(table, self.replicated),
+            lengths=jax.device_put(lengths, self.replicated),
+        )
+        self._compiled: dict[BucketShape, Callable] = {}
+        self.compile_seconds = 0.0
+        self.stats: dict[str, float] = {}
+
+    # ---- compilation ----------------------------------------------------------------------
+    @property
+    def compile_count(self) -> int:
+        return len(self._compiled)
+
+    def _row_sharding(self, n: int, ndim: int) -> NamedSharding:
+        if not self.axes or n % self.shards:
+            return NamedSharding(self.mesh, P(*([None] * ndim)))
+        axes = self.axes if len(self.axes) > 1 else self.axes[0]
+        return NamedSharding(self.mesh, P(axes, *([None] * (ndim - 1))))
+
+    def _batch_shardings(self, shape: BucketShape) -> GenerateBatch:
+        u, b = shape.unique, shape.rows
+        return GenerateBatch(
+            tokens=self._row_sharding(u, 2),
+            valid=self._row_sharding(u, 2),
+            key_ids=self._row_sharding(b, 2),
+            max_new=self._row_sharding(b, 1),
+            greedy=self._row_sharding(b, 1),
+            temperature=self._row_sharding(b, 1),
+            top_k=self._row_sharding(b, 1),
+            top_p=self._row_sharding(b, 1),
+            stop_ids=self._row_sharding(b, 2),
+            stops=self._row_sharding(b, 3),
+        )
+
+    def compiled(self, shape: BucketShape, example: GenerateBatch) -> Callable:
+        """The executable for one bucket shape (compiled once, ahead of time)."""
+        if shape not in self._compiled:
+            start = time.perf_counter()
+            kernel = functools.partial(
+                generate,
+                model=self.spec,
+                n_new=shape.new,
+                copies=shape.copies,
+                sample=shape.sample,
+                mesh=self.mesh,
+                batch_axes=self.axes,
+            )
+            shardings = self._batch_shardings(shape)
+            abstract = jax.tree.map(
+                lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                example,
+                shardings,
+            )
+            jitted = jax.jit(
+                kernel,
+                in_shardings=(
+                    jax.tree.map(lambda x: x.sharding, self.params),
+                    StopTable(self.replicated, self.replicated),
+                    shardings,
+                    self.replicated,
+                ),
+                out_shardings=self.replicated,
+            )
+            seed = jax.ShapeDtypeStruct((), np.int32, sharding=self.replicated)
+            self._compiled[shape] = jitted.lower(
+                self.params, self.stop_table, abstract, seed
+            ).compile()
+            self.compile_seconds += time.perf_counter() - start
+        return self._compiled[shape]
+
+    # ---- requests -> prompts --------------------------------------------------------------
+    def prompts(
+        self, requests: Sequence[tuple[str, dict]], *, same: Sequence[int] | None = None
+    ) -> list[Prompt]:
+        """Distinct prompts with their copies. `same[i]` = position of request i's first copy."""
+        same = list(range(len(requests))) if same is None else list(same)
+        firsts = sorted(set(same))
+        copies: dict[int, list[int]] = {f: [] for f in firsts}
+        for i, f in enumerate(same):
+            copies[f].append(i)
+        contexts = [requests[f][0] for f in firsts]
+        encoded = self.encoder.tok_encode_many(contexts)
+        out = []
+        for k, (f, ids) in enumerate(zip(firsts, encoded)):
+            context, gen_kwargs = requests[f]
+            if not isinstance(context, str):
+                raise JaxevalError(f"request {f}: the context must be a string, got {context!r}")
+            try:
+                settings = normalize(
+                    gen_kwargs,
+                    eos=self.eos_string,
+                    default_max_gen_toks=self.default_max_gen_toks,
+                    sampling_defaults=self.sampling_defaults,
+                )
+            except JaxevalError as err:
+                raise err.located(doc=f) from None
+            max_ctx = self.max_length - settings.max_gen_toks
+            if max_ctx <= 0:
+                raise JaxevalError(
+                    f"max_gen_toks ({settings.max_gen_toks}) must be less than the model's "
+                    f"max_length ({self.max_length})",
+                    field="max_gen_toks",
+                )
+            ids = list(ids)[-max_ctx:]
+            if not ids:
+                raise JaxevalError(
+                    f"request {f}: the context encodes to no tokens (empty prompt)",
+                    hint="give a non-empty context or a tokenizer that adds BOS",
+                )
+            stops = stop_rows(settings.until, eos_ids=self.eos_ids, specials=self.specials)
+            out.append(
+                Prompt(
+                    tokens=tuple(int(t) for t in ids),
+                    settings=settings,
+                    stops=stops,
+                    request_index=k,
+                    outputs=tuple(copies[f]),
+                )
+            )
+        return out
+
+    # ---- running --------------------------------------------------------------------------
+    def _run(
+        self, plan: list[PlannedBatch], on_batch: Callable[[int, int], None]
+    ) -> list[tuple[PlannedBatch, GenerateResult]]:
+        seed = jax.device_put(np.int32(self.seed), self.replicated)
+        pending, done = [], []
+
+        def collect(item):
+            pb, out = item
+            res = GenerateResult(*jax.device_get(tuple(out)))
+            done.append((pb, res))
+            on_batch(int((pb.rows >= 0).sum()), int(res.length.sum()))
+
+        for pb in plan:
+            fn = self.compiled(pb.shape, pb.batch)
+            batch = jax.device_put(pb.batch, self._batch_shardings(pb.shape))
+            pending.append((pb, fn(self.params, self.stop_table, batch, seed)))
+            if len(pending) > 1:  # keep one batch queued while the host decodes the last
+                collect(pending.pop(0))
+        for item in pending:
+            collect(item)
+        return done
+
+    def run_prompts(
+        self, prompts: Sequence[Prompt], on_batch: Callable[[int, int], None] | None = None
+    ) -> dict[int, tuple[list[int], int]]:
+        """Generates every copy of every prompt: request position -> (token ids, end reason)."""
+        plan = plan_batches(
+            prompts,
+            batch_size=self.batch_size,
+            shards=self.shards,
+            shrink_last=self.shrink_last_batch,
+        )
+        out: dict[int, tuple[list[int], int]] = {}
+        steps = 0
+        reasons = [0, 0, 0]
+        for pb, res in self._run(plan, on_batch or (lambda n, t: None)):
+            steps += int(res.steps)
+            for r, pos in enumerate(pb.rows):
+                if pos < 0:
+                    continue
+                if int(pos) in out:
+                    raise AssertionError(f"request {pos} answered twice")
+                out[int(pos)] = (res.tokens[r, : res.length[r]].tolist(), int(res.reason[r]))
+                reasons[int(res.reason[r])] += 1
+        expected = {pos for pr in prompts for pos in pr.outputs}
+        if set(out) != expected:
+            raise AssertionError(f"requests {sorted(expected - set(out))[:10]} were not answered")
+        self.stats["batches"] = self.stats.get("batches", 0) + len(plan)
+        self.stats["decode_steps"] = self.stats.get("decode_steps", 0) + steps
+        for name, n in zip(("ended_budget", "ended_stop_token", "ended_stop_string"), reasons):
+            self.stats[name] = self.stats.get(name, 0) + n
+        return out
+
+    def generate_tokens(
+        self, requests: Sequence[tuple[str, dict]], *, same: Sequence[int] | None = None
+    ) -> list[list[int]]:
+        """The generated token ids per request (a final stop token included), before decoding."""
+        self.stats = {}
+        rows = self.run_prompts(self.prompts(requests, same=same))
+        return [rows[i][0] for i in range(len(requests))]
+
+    def generate_until(
+        self,
+        requests: Sequence[tuple[str, dict]],
+        *,
+        same: Sequence[int] | None = None,
+        disable_tqdm: bool = False,
+    ) -> list[str]:
+        """(context, gen_kwargs) per request -> generated text per request, in order."""
+        if not requests:
+            return []
+        start = time.perf_counter()
+        self.stats = {}
+        prompts = self.prompts(requests, same=same)
+        by_output = {pos: pr for pr in prompts for pos in pr.outputs}
+        compiled_before = self.compile_seconds
+        bar = tqdm(
+            total=len(requests),
+            desc="Running generate_until requests",
+            disable=disable_tqdm,
+            unit="req",
+        )
+        counts = {"tokens": 0, "t0": time.perf_counter()}
+
+        def on_batch(n_rows: int, n_tokens: int) -> None:
+            counts["tokens"] += n_tokens
+            bar.update(n_rows)
+            elapsed = max(1e-9, time.perf_counter() - counts["t0"])
+            bar.set_postfix(gen_tok_s=f"{counts['tokens'] / elapsed:.0f}")
+
+        rows = self.run_prompts(prompts, on_batch)
+        texts: list[str] = [""] * len(requests)
+        retry: dict[int, Prompt] = {}
+        for pos, (toks, reason) in rows.items():
+            pr = by_output[pos]
+            text = self.tokenizer.decode(toks, skip_special_tokens=True)
+            if reason == STOP_STRING and not contains_stop(text, pr.settings.until):
+                retry[id(pr)] = pr
+            texts[pos] = cut_at_stops(text, pr.settings.until)
+        if retry:
+            redo = [
+                dataclasses.replace(
+                    pr,
+                    stops=stop_rows(
+                        pr.settings.until,
+                        eos_ids=self.eos_ids,
+                        specials=self.specials,
+                        device_strings=False,
+                    ),
+                )
+                for pr in retry.values()
+            ]
+            for pos, (toks, _) in self.run_prompts(redo).items():
+                text = self.tokenizer.decode(toks, skip_special_tokens=True)
+                texts[pos] = cut_at_stops(text, by_output[pos].settings.until)
+        bar.close()
+        self.stats.update(
+            requests=len(requests),
+            generated_tokens=counts["tokens"],
+            compile_s=self.compile_seconds - compiled_before,
+            total_s=time.perf_counter() - start,
+            compile_count=self.compile_count,
+            retried_prompts=len(retry),
+        )
+        return texts
+
+
+def request_pairs(requests: Sequence[Any]) -> tuple[list[tuple[str, dict]], list[int]]:
+    """lm-eval Instances (or (context, gen_kwargs) tuples) -> pairs, and each one's first copy.
+
+    The evaluator expands `repeats` by listing the same Instance object consecutively; those rows
+    share a prompt (one prefill) and differ only in their repeat index.
+    """
+    pairs, same, first = [], [], {}
+    for i, req in enumerate(requests):
+        args = req.args if hasattr(req, "args") else tuple(req)
+        context, gen_kwargs = args[0], (args[1] if len(args) > 1 else {})
+        pairs.append((context, dict(gen_kwargs or {})))
+        key = id(req) if hasattr(req, "args") else None
+        if key is not None and key in first:
+            same.append(first[key])
+        else:
+            if key is not None:
+                first[key] = i
+            same.append(i)
+    return pairs, same
+
+
+_GENERATORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def generate_until(
+    requests: Sequence[Any],
+    *,
+    model: Any,
+    tokenizer: Any,
+    max_length: int,
+    batch_size: int = 16,
+    encoder: Encoder | None = None,
+    add_bos_token: bool | None = None,
+    eot_token_id: int | None = None,
+    seed: int = DEFAULT_SEED,
+    disable_tqdm: bool = False,
+) -> list[str]:
+    """lm-eval's `generate_until` for a `LoadedModel`; the compiled Generator is cached per model.
+
+    `requests`: Instances with `args = (context, gen_kwargs)` (repeats listed consecutively as the
+    same object), or plain `(context, gen_kwargs)` tuples. Returns one string per request, in order.
+    """
+    key = (id(tokenizer), int(max_length), int(batch_size), eot_token_id, add_bos_token, seed)
+    per_model = _GENERATORS.setdefault(model, {})
+    gen = per_model.get(key)
+    if gen is None or (encoder is not None and gen.encoder is not encoder):
+        gen = Generator(
+            model=model,
+            tokenizer=tokenizer,
+            max_length=max_length,
+            batch_size=batch_size,
+            encoder=encoder,
+            add_bos_token=add_bos_token,
+            eot_token_id=eot_token_id,
+            seed=seed,
+        )
+        per_model[key] = gen
+    pairs, same = request_pairs(requests)
+    return gen.generate_until(pairs, same=same, disable_tqdm=disable_tqdm)

@@ -1,0 +1,108 @@
+"""End to end with a real (tiny, random) model: jaxeval's JAX path against lm-eval's HF backend.
+
+One tiny Llama (BOS-adding tokenizer, max 512 positions, so long prompts are left-truncated and
+WikiText pages span several rolling windows) runs the same tasks through `lm_eval.simple_evaluate`
+(model "hf", float32, CPU) and `jaxeval.simple_evaluate` (model "jax"). Per request: log-likelihoods
+within 1e-4 absolute (+1e-6 relative for rolling sums), identical is_greedy, identical generated
+text. Per task: identical accuracy-type metrics; perplexities within the same tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.api.test_engine_parity import CASES as API_CASES
+from tests.tasks.cases import CASES as TASK_CASES
+from tests.tasks.oracle import Case, write_lm_eval_overrides
+
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
+
+LIMITS = {"arc_easy": 16, "mmlu_anatomy": 12, "lambada_openai": 16, "hellaswag": 8, "winogrande": 12,
+          "boolq": 8, "wikitext": 2, "gsm8k": 3, "drop": 4}
+FEWSHOT = {"arc_easy": 2, "mmlu_anatomy": 2, "hellaswag": 0, "winogrande": 0, "boolq": 0, "wikitext": 0,
+           "lambada_openai": 0, "gsm8k": 2, "drop": 0}
+GEN_KWARGS = "max_gen_toks=12"
+
+
+def _cases() -> dict[str, Case]:
+    from tests.conftest import SHARED_DATA
+
+    out = {n: TASK_CASES[n] for n in ("hellaswag", "winogrande", "boolq", "wikitext", "drop")}
+    for name in ("arc_easy", "mmlu_anatomy", "lambada_openai", "gsm8k"):
+        rel, files, extra = API_CASES[name]
+        out[name] = Case(name, rel, SHARED_DATA, files, extra, via="data_files")
+    return out
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from tests.helpers.tiny_models import make_tiny_checkpoint
+
+    return make_tiny_checkpoint("llama", str(tmp_path_factory.mktemp("tiny_llama")), seed=3)
+
+
+@pytest.fixture(scope="module")
+def runs(model_dir, tmp_path_factory, shared_data):
+    import lm_eval
+    from lm_eval.tasks import TaskManager as LmTaskManager
+
+    import jaxeval
+    from jaxeval.api.task_manager import TaskManager
+
+    cases = _cases()
+    lm_dir = tmp_path_factory.mktemp("lm_eval_e2e")
+    write_lm_eval_overrides(list(cases.values()), lm_dir)
+    per_task = {}
+    lm_tm = LmTaskManager(include_path=str(lm_dir))
+    jx_tm = TaskManager(data_files={n: c.paths() for n, c in cases.items()})
+    for name, case in cases.items():
+        common = dict(num_fewshot=FEWSHOT[name], limit=LIMITS[name], bootstrap_iters=0, log_samples=True,
+                      gen_kwargs=GEN_KWARGS)
+        theirs = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model_dir},dtype=float32",
+                                         tasks=[name], device="cpu", batch_size=8, task_manager=lm_tm, **common)
+        spec = {"task": name, **case.overrides} if case.overrides else name
+        ours = jaxeval.simple_evaluate(model="jax", model_args=f"pretrained={model_dir},dtype=float32",
+                                       tasks=[spec], task_manager=jx_tm, **common)
+        per_task[name] = (ours, theirs)
+    return per_task
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-4 + 1e-6 * abs(b)
+
+
+@pytest.mark.parametrize("task", sorted(LIMITS))
+def test_per_request_outputs_match_lm_eval_hf(runs, task):
+    ours, theirs = runs[task]
+    a, b = ours["samples"][task], theirs["samples"][task]
+    assert len(a) == len(b) > 0
+    n_checked = 0
+    for x, y in zip(a, b):
+        assert x["doc_id"] == y["doc_id"] and x["filter"] == y["filter"]
+        assert [r.args if hasattr(r, "args") else r for r in x["arguments"]] == list(y["arguments"])
+        for rx, ry in zip(x["resps"], y["resps"]):
+            for vx, vy in zip(rx, ry):
+                if isinstance(vy, str):
+                    assert vx == vy, (task, x["doc_id"], vx, vy)
+                elif isinstance(vy, (tuple, list)):
+                    assert _close(vx[0], vy[0]), (task, x["doc_id"], vx, vy)
+                    assert bool(vx[1]) == bool(vy[1]), (task, x["doc_id"], vx, vy)
+                else:
+                    assert _close(vx, vy), (task, x["doc_id"], vx, vy)
+                n_checked += 1
+    assert n_checked > 0
+
+
+@pytest.mark.parametrize("task", sorted(LIMITS))
+def test_task_metrics_match_lm_eval_hf(runs, task):
+    ours, theirs = runs[task]
+    a, b = ours["results"][task], theirs["results"][task]
+    keys = sorted(k for k in b if "," in k and "_stderr" not in k)
+    assert keys == sorted(k for k in a if "," in k and "_stderr" not in k)
+    for k in keys:
+        if any(k.startswith(p) for p in ("perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte")):
+            assert math.isclose(a[k], b[k], rel_tol=1e-4), (task, k, a[k], b[k])
+        else:
+            assert a[k] == b[k], (task, k, a[k], b[k])
