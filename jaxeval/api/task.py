@@ -21,7 +21,13 @@ from jaxeval.api import scoring
 from jaxeval.api.config import TaskConfig
 from jaxeval.api.data import load_task_dataset
 from jaxeval.api.instance import Instance
-from jaxeval.api.prompt import ends_with_whitespace, maybe_delimit, qa_turn, render_messages
+from jaxeval.api.prompt import (
+    Message,
+    ends_with_whitespace,
+    maybe_delimit,
+    qa_turn,
+    render_messages,
+)
 from jaxeval.api.samplers import RandomSampler, make_sampler
 from jaxeval.api.templates import render
 from jaxeval.errors import JaxevalError
@@ -224,8 +230,6 @@ class Task:
                 return chat_template(turns, add_generation_prompt=not gen_prefix)
         description = self._resolve_field(doc, cfg.description, "description", doc_index) or ""
         system = maybe_delimit(system_instruction, description, cfg.fewshot_delimiter)
-        from jaxeval.api.prompt import Message
-
         messages = [Message("system", system)] if system else []
         if num_fewshot > 0:
             if self.sampler is None:
