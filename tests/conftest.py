@@ -12,6 +12,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # lm-eval (the test oracle) bootstraps in a fork pool unless told not to; forking after JAX starts
 # its threads can deadlock.
 os.environ.setdefault("LMEVAL_DISABLE_MULTIPROC", "1")
+os.environ.setdefault("DISABLE_MULTIPROC", "1")  # the name lm-eval 0.4.13 metrics.py reads
 
 import pathlib  # noqa: E402
 
