@@ -106,3 +106,57 @@ def test_task_metrics_match_lm_eval_hf(runs, task):
             assert math.isclose(a[k], b[k], rel_tol=1e-4), (task, k, a[k], b[k])
         else:
             assert a[k] == b[k], (task, k, a[k], b[k])
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def chat_model_dir(model_dir, tmp_path_factory):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    out = tmp_path_factory.mktemp("tiny_llama_chat")
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        src = f"{model_dir}/{name}"
+        if __import__("os").path.exists(src):
+            shutil.copy(src, out / name)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.chat_template = CHATML
+    tok.save_pretrained(out)
+    return str(out)
+
+
+@pytest.mark.parametrize("task,multiturn", [("arc_easy", True), ("arc_easy", False), ("gsm8k", True)])
+def test_chat_template_requests_and_outputs_match_lm_eval_hf(chat_model_dir, tmp_path_factory, task, multiturn):
+    import lm_eval
+    from lm_eval.tasks import TaskManager as LmTaskManager
+
+    import jaxeval
+    from jaxeval.api.task_manager import TaskManager
+
+    case = _cases()[task]
+    lm_dir = tmp_path_factory.mktemp(f"lm_eval_chat_{task}")
+    write_lm_eval_overrides([case], lm_dir)
+    common = dict(num_fewshot=2, limit=4, bootstrap_iters=0, log_samples=True, gen_kwargs=GEN_KWARGS,
+                  apply_chat_template=True, fewshot_as_multiturn=multiturn,
+                  system_instruction="Answer briefly.")
+    args = f"pretrained={chat_model_dir},dtype=float32"
+    theirs = lm_eval.simple_evaluate(model="hf", model_args=args, tasks=[task], device="cpu", batch_size=4,
+                                     task_manager=LmTaskManager(include_path=str(lm_dir)), **common)
+    spec = {"task": task, **case.overrides} if case.overrides else task
+    ours = jaxeval.simple_evaluate(model="jax", model_args=args, tasks=[spec],
+                                   task_manager=TaskManager(data_files={task: case.paths()}), **common)
+    a, b = ours["samples"][task], theirs["samples"][task]
+    assert len(a) == len(b) > 0
+    assert a[0]["arguments"][0][0].startswith("<|im_start|>system\nAnswer briefly.")
+    for x, y in zip(a, b):
+        assert list(x["arguments"]) == list(y["arguments"])
+        for rx, ry in zip(x["resps"], y["resps"]):
+            for vx, vy in zip(rx, ry):
+                if isinstance(vy, str):
+                    assert vx == vy
+                else:
+                    assert _close(vx[0], vy[0]) and bool(vx[1]) == bool(vy[1])
