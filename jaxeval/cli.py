@@ -5,6 +5,9 @@
     jaxeval --model hf --model_args pretrained=DIR --tasks lambada_openai   (legacy form: `run` implied)
     jaxeval ls tasks | groups | tags | subtasks        jaxeval tasks        jaxeval validate --tasks T
     jaxeval demo                                        (offline: tiny model + bundled task)
+    jaxeval run --distributed ...   (one per process; also implied by JAXEVAL_COORDINATOR=host:port
+                                     with JAXEVAL_NUM_PROCESSES and JAXEVAL_PROCESS_ID): one mesh over
+                                     every process's devices; only process 0 writes and prints
 
 Bad input prints one paragraph (what, where, what to do) and exits 2; no results file is written.
 """
@@ -103,6 +106,9 @@ def run_parser() -> argparse.ArgumentParser:
     a("--confirm_run_unsafe_code", action="store_true")
     a("--metadata", default=None, help="JSON merged into every task's metadata")
     a("--bootstrap_iters", type=int, default=100000)
+    a("--distributed", action="store_true",
+      help="join a multi-process run (jax.distributed; JAXEVAL_COORDINATOR etc. or auto-detected); "
+           "implied when JAXEVAL_COORDINATOR is set")
     for flag in UNSUPPORTED:
         a(flag, nargs="*", default=None, help=argparse.SUPPRESS)
     return p
@@ -167,6 +173,7 @@ def _parse_samples(text: str | None) -> dict[str, list[int]] | None:
 
 
 def cmd_run(argv: list[str]) -> int:
+    from jaxeval import distributed
     from jaxeval.api.task_manager import TaskManager
     from jaxeval.evaluator import simple_evaluate
     from jaxeval.lm.args import parse_model_args
@@ -176,6 +183,10 @@ def cmd_run(argv: list[str]) -> int:
     _apply_config_file(args, argv)
     _reject_unsupported(args)
     _select_device(args.device)
+    main_process = True
+    if args.distributed or distributed.requested_by_env():
+        distributed.initialize()  # before anything touches JAX devices
+        main_process = distributed.is_main_process()
     if args.verbosity:
         logging.getLogger().setLevel(args.verbosity.upper())
     if not args.tasks:
@@ -199,7 +210,7 @@ def cmd_run(argv: list[str]) -> int:
     meta = {**parse_model_args(args.model_args), **(metadata or {})}
     tm = TaskManager(args.include_path, metadata=meta, data_dir=args.data_dir)
     samples = _parse_samples(args.samples)
-    if args.check_integrity:
+    if args.check_integrity and main_process:
         _validate(tm, task_list)
     start = time.time()
     results = simple_evaluate(
@@ -215,7 +226,7 @@ def cmd_run(argv: list[str]) -> int:
         fewshot_random_seed=args.seed[3], confirm_run_unsafe_code=args.confirm_run_unsafe_code,
         metadata=metadata,
     )
-    if results is None:
+    if results is None:  # another process of a multi-process run reports
         return 0
     if args.show_config:
         shown = {k: v for k, v in results.items() if k != "samples"}

@@ -6,6 +6,11 @@
 
 Requests of one type from all tasks go to the model in one call (the model packs and buckets them);
 `repeats` are expanded consecutively; every request must come back exactly once.
+
+Two questions are kept apart: which documents this evaluator builds (`lm.rank` / `lm.world_size`,
+lm-eval's data-parallel striding; JaxLM is one logical evaluator over all processes, so 0 / 1) and
+who reports (`is_main_process(lm)`: process 0 of a multi-process JaxLM, else `rank == 0`). Only
+the main process writes caches and gets results; the others return None, as lm-eval's other ranks do.
 """
 
 from __future__ import annotations
@@ -66,6 +71,12 @@ def _cache_mode(cache_requests: bool | str, rewrite: bool) -> str | None:
     return "refresh" if rewrite or cache_requests == "refresh" else "true"
 
 
+def is_main_process(lm: Any) -> bool:
+    """Whether `lm` reports results and writes files: its `is_main_process`, else `rank == 0`."""
+    main = getattr(lm, "is_main_process", None)
+    return bool(main) if main is not None else lm.rank == 0
+
+
 def run_requests(lm: Any, instances: list[Instance]) -> None:
     """Sends each request type once to the model (repeats expanded) and fills `resps` in order."""
     by_type: dict[str, list[Instance]] = collections.defaultdict(list)
@@ -114,6 +125,7 @@ def evaluate(
         unknown = sorted(set(samples) - set(tasks))
         if unknown:
             raise JaxevalError(f"--samples names tasks that are not being run: {unknown}", field="samples")
+    main = is_main_process(lm)
     limits: dict[str, int | None] = {}
     all_instances: list[Instance] = []
     chat = getattr(lm, "apply_chat_template", None) if apply_chat_template else None
@@ -123,15 +135,18 @@ def evaluate(
             limit=limits[name], samples=(samples or {}).get(name), rank=lm.rank, world_size=lm.world_size,
             system_instruction=system_instruction, apply_chat_template=bool(apply_chat_template),
             fewshot_as_multiturn=fewshot_as_multiturn, chat_template=chat,
-            cache_requests=_cache_mode(cache_requests, rewrite_requests_cache),
+            # Other processes build the same requests afresh; only the main one touches the cache.
+            cache_requests=_cache_mode(cache_requests, rewrite_requests_cache) if main else None,
             tokenizer_name=getattr(lm, "tokenizer_name", "") if apply_chat_template else "",
         )
-        if write_out:
+        if write_out and main:
             first = task.instances[0]
             print(f"Task: {name}; document {first.doc_id}; context prompt:\n{first.args[0]}\n"
                   f"(end of prompt)\ntarget: {task.doc_to_target(first.doc)}\nRequest: {first}")
         all_instances += task.instances
     run_requests(lm, all_instances)
+    if not main:  # the main process holds every answer; nothing here is reported
+        return None
     accs: dict[str, TaskAccumulator] = {}
     for name, task in tasks.items():
         acc = accs[name] = TaskAccumulator(task)
@@ -227,10 +242,6 @@ def simple_evaluate(
 ) -> dict[str, Any] | None:
     """Builds the model and tasks, applies run-time overrides, evaluates, adds run metadata."""
     start = time.time()
-    if delete_requests_cache:
-        from jaxeval.api import request_cache
-
-        request_cache.delete_all()
     if limit is not None and samples is not None:
         raise JaxevalError("--limit and --samples cannot be used together", field="limit")
     if not tasks:
@@ -246,10 +257,14 @@ def simple_evaluate(
         task_manager = TaskManager(metadata={**meta, **(metadata or {})})
     loaded = task_manager.load(list(tasks))
     lm = _make_lm(model, model_args, batch_size, max_batch_size, device)
-    if use_cache is not None:
-        from jaxeval.cache import CachingLM
+    if delete_requests_cache and is_main_process(lm):
+        from jaxeval.api import request_cache
 
-        lm = CachingLM(lm, f"{use_cache}_rank{lm.rank}.db")
+        request_cache.delete_all()
+    if use_cache is not None:
+        from jaxeval.distributed import response_cache
+
+        lm = response_cache(lm, f"{use_cache}_rank{lm.rank}.db")
     for task in loaded.tasks.values():
         if task.config.output_type == "generate_until" and gen_kwargs:
             task.set_config(generation_kwargs={**(task.config.generation_kwargs or {}), **gen_kwargs})

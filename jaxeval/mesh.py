@@ -11,6 +11,10 @@ Every mesh has the axes `("data", "fsdp", "model")` (size 1 when unused), so the
 
 Batches `[B, ...]` split B over data and fsdp together (`batch_sharding`), replicated if B does not
 divide. No global mesh is ever set: pass the Mesh down explicitly.
+
+With several processes (`jaxeval.distributed`) the mesh spans the devices of all of them. Every
+process holds the same host batch; `put_global` makes the global array from it, each process
+materializing only the shards of its own devices; `to_host` reads small outputs back.
 """
 
 from __future__ import annotations
@@ -146,3 +150,53 @@ def batch_sharding(mesh: Mesh, shape: Sequence[int]) -> NamedSharding:
 def replicated(mesh: Mesh) -> NamedSharding:
     """Fully replicated sharding (small outputs, scalars)."""
     return NamedSharding(mesh, PartitionSpec())
+
+
+def spans_all_processes(mesh: Mesh) -> bool:
+    """Whether every process owns at least one device of `mesh` (needed to run SPMD on it)."""
+    owners = {d.process_index for d in mesh.devices.flat}
+    return owners == set(range(jax.process_count()))
+
+
+def local_device(mesh: Mesh) -> Any:
+    """The first device of `mesh` that this process can address."""
+    for d in mesh.devices.flat:
+        if d.process_index == jax.process_index():
+            return d
+    raise JaxevalError(
+        f"process {jax.process_index()} owns no device of the mesh {dict(mesh.shape)}"
+    )
+
+
+def put_global(tree: Any, shardings: Any) -> Any:
+    """Host arrays (the same on every process) -> jax.Arrays on `shardings` (a pytree or one).
+
+    One process: `jax.device_put`. Several: `jax.make_array_from_callback`, so each process builds
+    only the shards of its own devices from its copy of the batch (rows 2-3 of 8 on a process
+    owning the second of four data shards); no data crosses processes and no collective runs.
+    """
+    if isinstance(shardings, NamedSharding):
+        shardings = jax.tree.map(lambda _: shardings, tree)
+    if jax.process_count() == 1:
+        return jax.device_put(tree, shardings)
+
+    def put(x: Any, sharding: NamedSharding) -> jax.Array:
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(put, tree, shardings)
+
+
+def to_host(tree: Any) -> Any:
+    """jax.Arrays -> numpy on every process: replicated outputs are read locally, others gathered."""
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+
+    def get(x: Any) -> Any:
+        if not isinstance(x, jax.Array) or x.is_fully_addressable or x.is_fully_replicated:
+            return jax.device_get(x)
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    return jax.tree.map(get, tree)

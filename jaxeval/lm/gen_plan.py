@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from jaxeval.distributed import fingerprint
 from jaxeval.kernels.generate import GenerateBatch
 from jaxeval.lm.gen_kwargs import GenSettings
 from jaxeval.lm.gen_stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS, StopRows
@@ -125,6 +126,15 @@ def plan_batches(
             )
             out.append(_fill(chunk, shape))
     return out
+
+
+def plan_digest(plan: Sequence[PlannedBatch]) -> bytes:
+    """Digest of every batch's shape, arrays and row map (processes must agree on it)."""
+    arrays = [np.asarray([len(plan)])]
+    for pb in plan:
+        s = pb.shape
+        arrays += [np.asarray([s.unique, s.prompt, s.new, s.copies, s.sample]), *pb.batch, pb.rows]
+    return fingerprint(arrays)
 
 
 def _fill(chunk: Sequence[Prompt], shape: BucketShape) -> PlannedBatch:

@@ -20,6 +20,10 @@ per call. Sampling keys come from (seed, distinct request index, repeat index).
 Should the device stop a row on a stop string that the full decode does not contain (possible only
 with decoders that rewrite text, e.g. `clean_up_tokenization_spaces` or a stripped leading space),
 the host notices and regenerates that row without device stop strings, so a row is never cut early.
+
+On a mesh spanning several processes every process plans the same batches (checked by digest),
+places its own shards of them (`mesh.put_global`) and reads the replicated results (`mesh.to_host`),
+so every process decodes the same texts and takes the same retry decisions.
 """
 
 from __future__ import annotations
@@ -38,11 +42,12 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
+from jaxeval import distributed
 from jaxeval.errors import JaxevalError
 from jaxeval.kernels.generate import STOP_STRING, GenerateBatch, GenerateResult, StopTable, generate
 from jaxeval.lm.encoding import Encoder
 from jaxeval.lm.gen_kwargs import DEFAULT_MAX_GEN_TOKS, SamplingDefaults, normalize
-from jaxeval.lm.gen_plan import BucketShape, PlannedBatch, Prompt, plan_batches
+from jaxeval.lm.gen_plan import BucketShape, PlannedBatch, Prompt, plan_batches, plan_digest
 from jaxeval.lm.gen_stops import (
     BUFFER_BYTES,
     contains_stop,
@@ -51,6 +56,7 @@ from jaxeval.lm.gen_stops import (
     stop_rows,
     token_bytes,
 )
+from jaxeval.mesh import put_global, to_host
 
 DEFAULT_SEED = 1234  # lm-eval's default torch seed
 _BATCH_AXES = ("data", "fsdp")
@@ -134,8 +140,8 @@ class Generator:
         vocab = self.spec.vocab_size
         table, lengths = token_bytes(tokenizer, vocab, BUFFER_BYTES)
         self.stop_table = StopTable(
-            bytes=jax.device_put(table, self.replicated),
-            lengths=jax.device_put(lengths, self.replicated),
+            bytes=put_global(table, self.replicated),
+            lengths=put_global(lengths, self.replicated),
         )
         self._compiled: dict[BucketShape, Callable] = {}
         self.compile_seconds = 0.0
@@ -258,18 +264,18 @@ class Generator:
     def _run(
         self, plan: list[PlannedBatch], on_batch: Callable[[int, int], None]
     ) -> list[tuple[PlannedBatch, GenerateResult]]:
-        seed = jax.device_put(np.int32(self.seed), self.replicated)
+        seed = put_global(np.int32(self.seed), self.replicated)
         pending, done = [], []
 
         def collect(item):
             pb, out = item
-            res = GenerateResult(*jax.device_get(tuple(out)))
+            res = GenerateResult(*to_host(tuple(out)))
             done.append((pb, res))
             on_batch(int((pb.rows >= 0).sum()), int(res.length.sum()))
 
         for pb in plan:
             fn = self.compiled(pb.shape, pb.batch)
-            batch = jax.device_put(pb.batch, self._batch_shardings(pb.shape))
+            batch = put_global(pb.batch, self._batch_shardings(pb.shape))
             pending.append((pb, fn(self.params, self.stop_table, batch, seed)))
             if len(pending) > 1:  # keep one batch queued while the host decodes the last
                 collect(pending.pop(0))
@@ -287,6 +293,8 @@ class Generator:
             shards=self.shards,
             shrink_last=self.shrink_last_batch,
         )
+        if jax.process_count() > 1:
+            distributed.check_same("generation plan", plan_digest(plan))
         out: dict[int, tuple[list[int], int]] = {}
         steps = 0
         reasons = [0, 0, 0]

@@ -10,6 +10,10 @@ Requests are encoded exactly as lm-eval's HF backend encodes them (`jaxeval.lm.e
 into packed fixed-shape batches on the host (`jaxeval.lm.planner`), and scored by one compiled
 kernel per bucket (`jaxeval.lm.scorer`). `batch_size` keeps its lm-eval spelling but sizes a token
 budget (rows x length per batch), since rows are packed: `batch_size * max_length` tokens.
+
+Several JAX processes (`jaxeval.distributed`) form ONE logical evaluator: `rank` 0 and
+`world_size` 1 on every process (documents are never strided), the mesh spans every process's
+devices, each process runs the same plan, and only `is_main_process` (process 0) writes results.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from jaxeval import distributed
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.base import LM, MODELS
 from jaxeval.lm.buckets import BucketSet, parse_buckets
@@ -70,9 +75,16 @@ def auto_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int
 
     Per token the layer body keeps roughly 12 D + 3 F activations plus H attention scores per key of
     its row (float32 estimate, x2 for temporaries); half the free memory goes to activations. The
-    result is a power of two in [1024, max_batch_size * max_length].
+    result is a power of two in [1024, max_batch_size * max_length]. With several processes the
+    smallest of their budgets is used, so that all of them plan the same batches.
     """
-    device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
+    return distributed.agree_min(_local_token_budget(spec, mesh, max_length, max_batch_size))
+
+
+def _local_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int) -> int:
+    from jaxeval.mesh import local_device
+
+    device = local_device(mesh) if mesh is not None else jax.local_devices()[0]
     stats = None
     try:
         stats = device.memory_stats()
@@ -141,15 +153,22 @@ class JaxLM(LM):
             raise JaxevalError(
                 "softmax_dtype: log-softmax always runs in float32 here", field="softmax_dtype"
             )
-        from jaxeval.mesh import make_mesh
+        from jaxeval.mesh import make_mesh, spans_all_processes
         from jaxeval.models import LoadedModel, load_model
 
         if isinstance(mesh, str) or mesh is None:
             mesh = make_mesh(mesh or ("data" if len(jax.devices()) > 1 else "single"))
+        if isinstance(pretrained, LoadedModel) and pretrained.mesh != mesh:
+            mesh = pretrained.mesh
+        if not spans_all_processes(mesh):  # every process must take part in every kernel call
+            raise JaxevalError(
+                f"the mesh {dict(mesh.shape)} does not include devices of every one of the "
+                f"{jax.process_count()} processes",
+                field="mesh",
+                hint="use a preset over all devices, e.g. mesh=data",
+            )
         if isinstance(pretrained, LoadedModel):
             self.loaded = pretrained
-            if pretrained.mesh != mesh:
-                mesh = pretrained.mesh
         else:
             self.loaded = load_model(
                 str(pretrained),
@@ -225,6 +244,11 @@ class JaxLM(LM):
         return AutoTokenizer.from_pretrained(tokenizer or path, **kwargs)
 
     # ---- lm-eval's properties -----------------------------------------------------------
+    @property
+    def is_main_process(self) -> bool:
+        """Process 0 of a multi-process run (the only one that writes files); True alone."""
+        return jax.process_index() == 0
+
     @property
     def tokenizer(self) -> Any:
         return self._tokenizer
@@ -351,7 +375,10 @@ class JaxLM(LM):
         self.scorer.warmup()
         warmed = time.perf_counter()
         bar = tqdm(
-            total=len(encoded), desc=f"Running {desc} requests", disable=disable_tqdm, unit="req"
+            total=len(encoded),
+            desc=f"Running {desc} requests",
+            disable=disable_tqdm or not self.is_main_process,
+            unit="req",
         )
         done = {"tokens": 0}
         t0 = time.perf_counter()
@@ -386,7 +413,7 @@ class JaxLM(LM):
 
         return generate_until(requests, model=self.loaded, tokenizer=self._tokenizer, encoder=self.encoder,
                               max_length=self._max_length, batch_size=self.gen_batch_size, seed=self.seed,
-                              disable_tqdm=disable_tqdm)
+                              disable_tqdm=disable_tqdm or not self.is_main_process)
 
 
 def _register() -> None:

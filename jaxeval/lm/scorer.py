@@ -7,6 +7,10 @@
 Batches are sharded over the mesh's batch axes (`data`, and `fsdp` when present); parameters keep
 the shardings they were loaded with; the outputs are small and replicated. Every bucket is compiled
 ahead of time (`jit(...).lower(...).compile()`), so a run can never trigger a compilation.
+
+On a mesh spanning several processes every process runs the same plan: it checks that its plan's
+digest matches the other processes', places its own shards of each batch (`mesh.put_global`) and
+reads the replicated outputs (`mesh.to_host`).
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxeval import distributed
 from jaxeval.kernels.score import ScoreBatch, default_vocab_chunk, score
 from jaxeval.lm.buckets import Bucket, BucketSet
 from jaxeval.lm.planner import Plan
+from jaxeval.mesh import put_global, to_host
 
 BATCH_AXES = ("data", "fsdp")
 
@@ -52,9 +58,20 @@ def place_params(params: Any, mesh: Mesh) -> Any:
             and x.sharding.mesh == mesh
         ):
             return x
+        if jax.process_count() > 1:  # through the host: each process places its own replicas
+            return put_global(to_host(x), replicated)
         return jax.device_put(x, replicated)
 
     return jax.tree.map(place, params)
+
+
+def plan_digest(plan: Plan) -> bytes:
+    """Digest of every batch's bucket, arrays and slot map (equal on processes with equal plans)."""
+    arrays = [np.asarray([plan.n_requests, len(plan.batches)])]
+    for pb in plan.batches:
+        b = pb.bucket
+        arrays += [np.asarray([b.rows, b.length, b.points, b.slots]), *pb.batch, pb.slot_request]
+    return distributed.fingerprint(arrays)
 
 
 class Scorer:
@@ -139,10 +156,12 @@ class Scorer:
         greedy = np.zeros(plan.n_requests, bool)
         answered = np.zeros(plan.n_requests, np.int64)
         pending: list[tuple[Any, Any]] = []
+        if jax.process_count() > 1:
+            distributed.check_same("loglikelihood plan", plan_digest(plan))
 
         def collect(item):
             pb, out = item
-            ll, gr = jax.device_get(out)
+            ll, gr = to_host(out)
             used = pb.slot_request >= 0
             idx = pb.slot_request[used]
             loglik[idx] = ll[used]
@@ -153,7 +172,7 @@ class Scorer:
 
         for pb in plan.batches:
             fn = self.compiled(pb.bucket)
-            batch = jax.device_put(pb.batch, self.batch_sharding)
+            batch = put_global(pb.batch, self.batch_sharding)
             pending.append((pb, fn(self.params, batch)))
             if len(pending) > 1:
                 collect(pending.pop(0))
