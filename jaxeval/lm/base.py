@@ -38,6 +38,11 @@ class LM(abc.ABC):
         return 1
 
     @property
+    def is_main_process(self) -> bool:
+        """Whether this process reports results and writes files (multi-host: process 0 only)."""
+        return self.rank == 0
+
+    @property
     def tokenizer_name(self) -> str:
         return ""
 
