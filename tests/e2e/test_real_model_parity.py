@@ -20,16 +20,16 @@ from tests.tasks.oracle import Case, write_lm_eval_overrides
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 LIMITS = {"arc_easy": 16, "mmlu_anatomy": 12, "lambada_openai": 16, "hellaswag": 8, "winogrande": 12,
-          "boolq": 8, "wikitext": 2, "gsm8k": 3, "drop": 4}
+          "boolq": 8, "wikitext": 2, "gsm8k": 3, "drop": 4, "piqa": 12, "gsm8k_cot": 2}
 FEWSHOT = {"arc_easy": 2, "mmlu_anatomy": 2, "hellaswag": 0, "winogrande": 0, "boolq": 0, "wikitext": 0,
-           "lambada_openai": 0, "gsm8k": 2, "drop": 0}
+           "lambada_openai": 0, "gsm8k": 2, "drop": 0, "piqa": 1, "gsm8k_cot": None}
 GEN_KWARGS = "max_gen_toks=12"
 
 
 def _cases() -> dict[str, Case]:
     from tests.conftest import SHARED_DATA
 
-    out = {n: TASK_CASES[n] for n in ("hellaswag", "winogrande", "boolq", "wikitext", "drop")}
+    out = {n: TASK_CASES[n] for n in ("hellaswag", "winogrande", "boolq", "wikitext", "drop", "piqa", "gsm8k_cot")}
     for name in ("arc_easy", "mmlu_anatomy", "lambada_openai", "gsm8k"):
         rel, files, extra = API_CASES[name]
         out[name] = Case(name, rel, SHARED_DATA, files, extra, via="data_files")
@@ -160,3 +160,36 @@ def test_chat_template_requests_and_outputs_match_lm_eval_hf(chat_model_dir, tmp
                     assert vx == vy
                 else:
                     assert _close(vx[0], vy[0]) and bool(vx[1]) == bool(vy[1])
+
+
+def test_acc_mutual_info_matches_lm_eval_hf(model_dir, tmp_path_factory):
+    """MMLU with acc_mutual_info: N conditional + N unconditional (empty-context) requests per doc."""
+    import dataclasses
+
+    import lm_eval
+    from lm_eval.tasks import TaskManager as LmTaskManager
+
+    import jaxeval
+    from jaxeval.api.task_manager import TaskManager
+
+    metrics = [{"metric": "acc", "aggregation": "mean", "higher_is_better": True},
+               {"metric": "acc_mutual_info", "aggregation": "mean", "higher_is_better": True}]
+    case = dataclasses.replace(_cases()["mmlu_anatomy"], overrides={"metric_list": metrics})
+    lm_dir = tmp_path_factory.mktemp("lm_eval_mi")
+    write_lm_eval_overrides([case], lm_dir)
+    common = dict(num_fewshot=1, limit=16, bootstrap_iters=0, log_samples=True)
+    args = f"pretrained={model_dir},dtype=float32"
+    theirs = lm_eval.simple_evaluate(model="hf", model_args=args, tasks=["mmlu_anatomy"], device="cpu",
+                                     batch_size=8, task_manager=LmTaskManager(include_path=str(lm_dir)), **common)
+    ours = jaxeval.simple_evaluate(model="jax", model_args=args, tasks=[{"task": "mmlu_anatomy", "metric_list": metrics}],
+                                   task_manager=TaskManager(data_files={"mmlu_anatomy": case.paths()}), **common)
+    a, b = ours["samples"]["mmlu_anatomy"], theirs["samples"]["mmlu_anatomy"]
+    assert len(a) == len(b) == 16
+    for x, y in zip(a, b):
+        assert len(x["resps"]) == len(y["resps"]) == 8  # 4 choices x (conditional, unconditional)
+        assert [r[1] for r in x["arguments"]] == [r[1] for r in y["arguments"]]
+        assert all(r[0] == "" for r in x["arguments"][4:])
+        for rx, ry in zip(x["resps"], y["resps"]):
+            assert _close(rx[0][0], ry[0][0]) and bool(rx[0][1]) == bool(ry[0][1])
+    for key in ("acc,none", "acc_mutual_info,none"):
+        assert ours["results"]["mmlu_anatomy"][key] == theirs["results"]["mmlu_anatomy"][key]
