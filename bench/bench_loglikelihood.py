@@ -234,6 +234,9 @@ def main(argv=None) -> int:
         "--reps", type=int, default=2, help="interleaved repetitions; the best time counts"
     )
     p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.add_argument(
+        "--cases", default="mc,lambada,rolling", help="comma-separated subset of mc,lambada,rolling"
+    )
     a = p.parse_args(argv)
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     logging.getLogger("jaxeval").setLevel(logging.ERROR)
@@ -262,10 +265,17 @@ def main(argv=None) -> int:
     lm.scorer.warmup()
     compile_s = time.perf_counter() - t
     n_params = lm.loaded.spec.param_count(lm.loaded.params)
+    cases = {
+        "mc": ("multiple choice (ARC-Easy 5-shot, 4 choices)", "loglikelihood", arc_mc),
+        "lambada": ("LAMBADA (single continuation)", "loglikelihood", lambada),
+        "rolling": ("rolling perplexity (WikiText pages)", "loglikelihood_rolling", wikitext),
+    }
+    sizes = {"mc": n_mc, "lambada": n_lam, "rolling": n_doc}
+    unknown = set(a.cases.split(",")) - set(cases)
+    if unknown:
+        p.error(f"unknown cases {sorted(unknown)}; choose from {sorted(cases)}")
     cases = [
-        ("multiple choice (ARC-Easy 5-shot, 4 choices)", "loglikelihood", arc_mc(n_mc)),
-        ("LAMBADA (single continuation)", "loglikelihood", lambada(n_lam)),
-        ("rolling perplexity (WikiText pages)", "loglikelihood_rolling", wikitext(n_doc)),
+        (cases[c][0], cases[c][1], cases[c][2](sizes[c])) for c in cases if c in a.cases.split(",")
     ]
     results = [run_case(name, kind, args, hf, lm, peak, a.reps) for name, kind, args in cases]
     header = {

@@ -15,9 +15,10 @@ last logits are repeated row-wise, so each prompt is prefilled once however many
 Step i picks token i of every row from the current logits (`sampling.next_tokens`), records it, and
 updates the row's state: a stop token id (EOS) or a stop string found in the row's text buffer
 (`stop_match`) or the row's `max_new` budget ends the row. The loop then feeds the new tokens at
-slot P + i (`decode_step.forward_cached_inplace`: the cache is updated in place, not copied per
-step) and exits as soon as every row is done (or after N tokens), so a batch costs as many
-decode steps as its longest row. Finished rows keep computing (fixed shapes) but record nothing.
+slot P + i (`decode_step`, over the model's public `forward_cached`: the cache is updated in
+place, not copied per step, and a step reads only the slots written so far) and exits as soon
+as every row is done (or after N tokens), so a batch costs as many decode steps as its longest
+row. Finished rows keep computing (fixed shapes) but record nothing.
 
     row tokens  [t0, t1, t2(EOS), -1, -1]   length 3, reason STOP_TOKEN
 """
@@ -29,7 +30,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from jaxeval.kernels.decode_step import forward_cached_inplace
+from jaxeval.kernels.decode_step import decode_step
 from jaxeval.kernels.sampling import SamplingParams, next_tokens, row_keys
 from jaxeval.kernels.stop_match import (
     append_token_bytes,
@@ -193,11 +194,8 @@ def generate(
 
     def body(state: _State) -> _State:
         i = state.step
-        pos = (prompt_len + i - 1)[:, None]  # [B, 1] position of the token fed now
-        h, cache = forward_cached_inplace(
-            model, params, state.cache, state.last[:, None], pos, jnp.ones((b, 1), bool), p + i - 1
-        )
-        logits = model.head(params, h[:, 0])  # [B, V]
+        pos = prompt_len + i - 1  # [B] position of the token fed now
+        logits, cache = decode_step(params, state.cache, state.last, pos, p + i - 1, model=model)
         state = state._replace(cache=_constrain_cache(cache, mesh, batch_axes))
         return record(state, pick(logits, i))
 

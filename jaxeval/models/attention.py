@@ -1,4 +1,4 @@
-"""Attention masks and grouped-query attention, shared by the packed forward and the KV-cache path.
+"""Attention masks and grouped-query attention: dense, blocked (flash-style) and KV-cache paths.
 
 **Packed rows.** Query i sees key j iff
 
@@ -14,13 +14,30 @@ choices x (parent c) and y (parent c), in one row:
     position  0  1  0  1  2  3  4  3  0        y continues c: positions 3, 4
 
 **KV cache.** Query t (cache slot index + t) sees slot j iff `valid[j] and j <= index + t` (plus the
-window on positions). Fully masked rows (padding) get a finite large negative score everywhere, so
-their softmax is uniform and finite, never NaN.
+window on positions).
+
+**Three ways to attend, one rule.** `attend` builds the full [B, H, T, S] float32 scores (short
+rows). `blocked_attend` walks query blocks of Q rows and, for each, only the key blocks that some
+row can see, with an online softmax in float32, so its memory is O(B H Q K) and it skips the masked
+upper triangle, other requests' segments and keys outside every window. `cache_attend` walks cache
+blocks up to the last written slot (`index + T`), never reading the unwritten tail. Block
+visibility for rows of T = 8 in blocks of Q = K = 2 (a: a 3-token request, b: 2 tokens, c: a
+context with one child x; `#` = visited block, `.` = skipped):
+
+    segment   a a a b b c c x        key block  0 1 2 3        query block 2 (tokens 4, 5 = b, c)
+    parent    0 0 0 0 0 0 0 c        query 0    # . . .        sees key block 1 (token 3 = b) and
+                                           1    # # . .        block 2; block 0 (a only) is skipped
+                                           2    . # # .
+                                           3    . . # #
+
+Fully masked queries (padding) stay finite: the dense path gives them a uniform softmax, the blocked
+paths the mean of the values they visited or zero; their outputs are never read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -31,8 +48,11 @@ from jaxeval.shapes import Bool, Float, Int
 
 MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: fully-masked rows stay NaN-free
 NO_WINDOW = 2**30  # a window size that never masks anything
+_FAR = 2**29  # a position sentinel: far beyond any real position, and FAR - 0 < NO_WINDOW
 
-KVUpdate = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+# attend(q [B, T, H, E], k [B, T, G, E], v [B, T, G, E]) -> (out [B, T, H, E], aux): the keys and
+# values are this call's; `aux` is whatever the caller needs back (the updated cache, or None).
+AttendFn = Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, Any]]
 
 
 def packed_mask(segment: Int["B T"], parent: Int["B T"]) -> Bool["B T T"]:
@@ -58,6 +78,15 @@ def window_mask(q_positions: Int["B T"], k_positions: Int["B S"], window: Int[""
     return (q_positions[:, :, None] - k_positions[:, None, :]) < window
 
 
+def _scores(q: jax.Array, k: jax.Array, scale, softcap: float | None) -> jax.Array:
+    """q [B, T, G, R, E] . k [B, S, G, E] -> [B, G, R, T, S] in the compute dtype, scaled after the
+    matmul (HF's order), then soft-capped (Gemma-2) before any mask."""
+    s = jnp.einsum("btgre,bsge->bgrts", q, k, precision=HIGHEST) * scale.astype(q.dtype)
+    if softcap is not None:
+        s = jnp.tanh(s / softcap) * softcap
+    return s
+
+
 def attend(
     q: Float["B T H E"],
     k: Float["B S G E"],
@@ -67,7 +96,7 @@ def attend(
     scale: Float[""],
     softcap: float | None,
 ) -> Float["B T H E"]:
-    """Grouped-query softmax attention; query head h reads kv head h // (H // G), as HF's repeat_kv.
+    """Dense grouped-query attention; query head h reads kv head h // (H // G), as HF's repeat_kv.
 
     Scores are computed in the compute dtype and scaled after the matmul (HF's order), soft-capped,
     then the softmax runs in float32 and the weights are cast back before multiplying the values.
@@ -75,15 +104,203 @@ def attend(
     b, t, h, e = q.shape
     g = k.shape[2]
     q = q.reshape(b, t, g, h // g, e)  # [B, T, G, R, E]
-    scores = jnp.einsum("btgre,bsge->bgrts", q, k, precision=HIGHEST) * scale.astype(q.dtype)
-    if softcap is not None:
-        scores = jnp.tanh(scores / softcap) * softcap
+    scores = _scores(q, k, scale, softcap)
     scores = jnp.where(
         allowed[:, None, None], scores.astype(jnp.float32), MASKED
     )  # [B, G, R, T, S]
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bgrts,bsge->btgre", probs, v, precision=HIGHEST)
     return out.reshape(b, t, h, e)
+
+
+class _Online:
+    """The online-softmax state of a query block: running max, sum of exp, exp-weighted values."""
+
+    @staticmethod
+    def init(b: int, g: int, r: int, t: int, e: int):
+        m = jnp.full((b, g, r, t), MASKED, jnp.float32)  # [B, G, R, Q]
+        return m, jnp.zeros((b, g, r, t), jnp.float32), jnp.zeros((b, g, r, t, e), jnp.float32)
+
+    @staticmethod
+    def update(state, scores: jax.Array, allowed: jax.Array, v: jax.Array):
+        """Folds one key block in: scores [B, G, R, Q, K], allowed [B, Q, K], v [B, K, G, E]."""
+        m, total, acc = state
+        s = jnp.where(allowed[:, None, None], scores.astype(jnp.float32), MASKED)
+        m_new = jnp.maximum(m, s.max(axis=-1))  # [B, G, R, Q]
+        correction = jnp.exp(m - m_new)
+        p = jnp.exp(s - m_new[..., None])  # [B, G, R, Q, K]
+        total = total * correction + p.sum(axis=-1)
+        pv = jnp.einsum(
+            "bgrqk,bkge->bgrqe",
+            p.astype(v.dtype),
+            v,
+            precision=HIGHEST,
+            preferred_element_type=jnp.float32,
+        )
+        return m_new, total, acc * correction[..., None] + pv
+
+    @staticmethod
+    def finish(state, dtype) -> jax.Array:
+        """[B, G, R, Q, E] -> [B, Q, G, R, E]; a query that saw nothing gets zeros (not NaN)."""
+        _, total, acc = state
+        out = acc / jnp.where(total > 0, total, 1.0)[..., None]
+        return jnp.transpose(out, (0, 3, 1, 2, 4)).astype(dtype)
+
+
+def block_visibility(
+    segment: Int["B T"],
+    parent: Int["B T"],
+    positions: Int["B T"],
+    window: Int[""] | None,
+    *,
+    block: int,
+) -> Bool["Tq Tk"]:
+    """[T/Q, T/Q]: False only where no row has a visible (query, key) pair in the block pair.
+
+    Conservative and cheap (per-block summaries, no [T, T] mask): a key block is visited when it
+    is causal, the span of its segment ids meets the span of the query block's (segment, parent)
+    ids, and its largest position is inside the window of the query block's smallest position.
+    """
+    b, t = segment.shape
+    n = t // block
+    seg = segment.reshape(b, n, block)
+    par = parent.reshape(b, n, block)
+    pos = positions.reshape(b, n, block)
+    key_ok = seg != 0
+    k_lo = jnp.where(key_ok, seg, _FAR).min(-1)  # [B, N]
+    k_hi = jnp.where(key_ok, seg, 0).max(-1)
+    q_ok = (seg != 0) | (par != 0)  # a query sees its own segment and its parent's (if non-zero)
+    q_ids = jnp.where(seg == 0, par, jnp.where(par == 0, seg, jnp.minimum(seg, par)))
+    q_lo = jnp.where(q_ok, q_ids, _FAR).min(-1)  # [B, N]
+    q_hi = jnp.where(q_ok, jnp.maximum(seg, par), 0).max(-1)
+    vis = (k_lo[:, None, :] <= q_hi[:, :, None]) & (q_lo[:, :, None] <= k_hi[:, None, :])
+    if window is not None:
+        k_pos = jnp.where(key_ok, pos, 0).max(-1)  # [B, N]
+        q_pos = jnp.where(q_ok, pos, _FAR).min(-1)
+        vis &= (q_pos[:, :, None] - k_pos[:, None, :]) < window
+    causal = jnp.arange(n)[None, :] <= jnp.arange(n)[:, None]  # [N(query), N(key)]
+    return vis.any(axis=0) & causal
+
+
+def blocked_attend(
+    q: Float["B T H E"],
+    k: Float["B T G E"],
+    v: Float["B T G E"],
+    segment: Int["B T"],
+    parent: Int["B T"],
+    positions: Int["B T"],
+    *,
+    window: Int[""] | None,
+    scale: Float[""],
+    softcap: float | None,
+    block: int,
+) -> Float["B T H E"]:
+    """`attend` under `packed_mask` (& `window_mask`), computed block by block (module docstring).
+
+    A `lax.scan` over query blocks of `block` rows; for each, a `fori_loop` over the key blocks from
+    the first to the last visible one, each behind a `lax.cond` on `block_visibility`. Scores, the
+    soft-cap and the mask are the dense path's; the softmax is online in float32. T must be a
+    multiple of `block` (else the row is padded with segment-0 tokens, which nobody sees).
+    """
+    b, t, h, e = q.shape
+    pad = -t % block
+    if pad:
+        q, k, v, segment, parent, positions = (
+            jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+            for x in (q, k, v, segment, parent, positions)
+        )
+        out = blocked_attend(
+            q, k, v, segment, parent, positions,
+            window=window, scale=scale, softcap=softcap, block=block,
+        )  # fmt: skip
+        return out[:, :t]
+    g = k.shape[2]
+    r = h // g
+    n = t // block
+    flags = block_visibility(segment, parent, positions, window, block=block)  # [N, N]
+    q_blocks = q.reshape(b, n, block, g, r, e).transpose(1, 0, 2, 3, 4, 5)  # [N, B, Q, G, R, E]
+    meta = jnp.stack([segment, parent, positions], axis=0).reshape(3, b, n, block)
+    q_meta = meta.transpose(2, 0, 1, 3)  # [N, 3, B, Q]
+
+    def query_block(_, xs):
+        qi, qb, qm, row_flags = xs  # qb [B, Q, G, R, E], qm [3, B, Q], row_flags [N]
+        seg_q, par_q, pos_q = qm[0][:, :, None], qm[1][:, :, None], qm[2][:, :, None]
+        q_idx = (qi * block + jnp.arange(block, dtype=jnp.int32))[None, :, None]  # [1, Q, 1]
+
+        def key_block(kj, state):
+            def visit(state):
+                start = kj * block
+                kb = jax.lax.dynamic_slice_in_dim(k, start, block, axis=1)  # [B, K, G, E]
+                vb = jax.lax.dynamic_slice_in_dim(v, start, block, axis=1)
+                km = jax.lax.dynamic_index_in_dim(meta, kj, axis=2, keepdims=False)  # [3, B, K]
+                seg_k, pos_k = km[0][:, None, :], km[2][:, None, :]  # [B, 1, K]
+                k_idx = (start + jnp.arange(block, dtype=jnp.int32))[None, None, :]
+                allowed = (seg_k != 0) & (k_idx <= q_idx) & ((seg_k == seg_q) | (seg_k == par_q))
+                if window is not None:
+                    allowed &= (pos_q - pos_k) < window
+                return _Online.update(state, _scores(qb, kb, scale, softcap), allowed, vb)
+
+            return jax.lax.cond(row_flags[kj], visit, lambda s: s, state)
+
+        first = jnp.argmax(row_flags)  # 0 when nothing is visible: then the loop is empty
+        last = n - jnp.argmax(row_flags[::-1])  # one past the last visible key block
+        last = jnp.where(row_flags.any(), last, first)
+        state = jax.lax.fori_loop(first, last, key_block, _Online.init(b, g, r, block, e))
+        return None, _Online.finish(state, v.dtype)  # [B, Q, G, R, E]
+
+    xs = (jnp.arange(n), q_blocks, q_meta, flags)
+    _, out = jax.lax.scan(query_block, None, xs)  # [N, B, Q, G, R, E]
+    return out.transpose(1, 0, 2, 3, 4, 5).reshape(b, t, h, e)
+
+
+def cache_attend(
+    q: Float["B T H E"],
+    k_cache: Float["L B C G E"],
+    v_cache: Float["L B C G E"],
+    layer: Int[""],
+    slot_valid: Bool["B C"],
+    slot_positions: Int["B C"],
+    q_positions: Int["B T"],
+    index: Int[""],
+    *,
+    window: Int[""] | None,
+    scale: Float[""],
+    softcap: float | None,
+    block: int,
+) -> Float["B T H E"]:
+    """Attention of T queries at slots [index, index + T) over layer `layer` of a stacked cache.
+
+    Walks cache blocks of `block` slots with an online softmax and stops after the block holding
+    slot index + T - 1: a decode step reads the written prefix only, never the empty tail. The last
+    block is slid back to end at C when C is not a multiple of `block` (its already-seen slots
+    masked), so no block reads past the cache.
+    """
+    b, t, h, e = q.shape
+    c, g = k_cache.shape[2], k_cache.shape[3]
+    r = h // g
+    block = min(block, c)
+    dtype = q.dtype
+    qb = q.reshape(b, t, g, r, e)  # [B, T, G, R, E]
+    q_slot = (index + jnp.arange(t, dtype=jnp.int32))[None, :, None]  # [1, T, 1]
+    zero = jnp.zeros((), jnp.int32)
+
+    def key_block(j, state):
+        nominal = j * block
+        start = jnp.minimum(nominal, c - block)
+        kb = jax.lax.dynamic_slice(k_cache, (layer, zero, start, zero, zero), (1, b, block, g, e))
+        vb = jax.lax.dynamic_slice(v_cache, (layer, zero, start, zero, zero), (1, b, block, g, e))
+        slots = start + jnp.arange(block, dtype=jnp.int32)  # [K]
+        ok = jax.lax.dynamic_slice_in_dim(slot_valid, start, block, axis=1)  # [B, K]
+        allowed = ok[:, None, :] & (slots[None, None, :] <= q_slot) & (slots >= nominal)
+        if window is not None:
+            k_pos = jax.lax.dynamic_slice_in_dim(slot_positions, start, block, axis=1)
+            allowed &= (q_positions[:, :, None] - k_pos[:, None, :]) < window
+        scores = _scores(qb, kb[0].astype(dtype), scale, softcap)
+        return _Online.update(state, scores, allowed, vb[0].astype(dtype))
+
+    n_blocks = (index + t + block - 1) // block  # blocks holding slots [0, index + T)
+    state = jax.lax.fori_loop(0, n_blocks, key_block, _Online.init(b, g, r, t, e))
+    return _Online.finish(state, dtype).reshape(b, t, h, e)
 
 
 def _norm_heads(p: dict[str, jax.Array], x: Float["B T H E"], *, kind: str, eps: float):
@@ -99,14 +316,12 @@ def attention_block(
     *,
     cos: Float["B T E"] | None,
     sin: Float["B T E"] | None,
-    allowed: Bool["B T S"],
-    scale: Float[""],
-    kv_update: KVUpdate,
-) -> Float["B T D"]:
-    """Projections, optional q/k norms, rotary, then `kv_update(k, v) -> (keys, values)`, attention.
+    attend_fn: AttendFn,
+) -> tuple[Float["B T D"], Any]:
+    """Projections, optional q/k norms, rotary, `attend_fn(q, k, v)`, output projection.
 
-    `kv_update` is the identity for the packed forward and a cache write for generation; either way
-    it returns the keys/values the queries attend to ([B, S, G, E], S = T or the cache length C).
+    `attend_fn` chooses the attention (dense, blocked, or a cache write then `cache_attend`) and
+    returns (out [B, T, H, E], aux); this returns (y [B, T, D], aux).
     """
     q = dense(x, p["q"], "btd,dhe->bthe", p.get("q_bias"))  # [B, T, H, E]
     k = dense(x, p["k"], "btd,dge->btge", p.get("k_bias"))  # [B, T, G, E]
@@ -119,6 +334,5 @@ def attention_block(
         k = _norm_heads(p["k_norm"], k, kind=spec.norm, eps=spec.norm_eps)
     if cos is not None:
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    keys, values = kv_update(k, v)
-    out = attend(q, keys, values, allowed, scale=scale, softcap=spec.attn_softcap)
-    return dense(out, p["o"], "bthe,hed->btd", p.get("o_bias"))
+    out, aux = attend_fn(q, k, v)
+    return dense(out, p["o"], "bthe,hed->btd", p.get("o_bias")), aux

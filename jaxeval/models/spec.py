@@ -4,10 +4,12 @@ A spec is passed to `jax.jit` as a static argument, so it holds only hashable va
 tuples, frozen dataclasses) and no arrays. Its methods are pure functions of `params` (nothing is
 captured from an object), thin wrappers over `decoder.py`:
 
-    spec.hidden(params, tokens, positions, segment, parent) -> [B, T, D]    (final norm included)
+    spec.hidden(params, tokens, positions, segment, parent) -> [B, T, D]    (final norm included;
+        keyword `attention_block`: 0 = dense attention, Q = blocks of Q; default by row length)
     spec.head_weight(params) -> [V, D];  spec.finalize_logits(logits);  spec.head(params, h) -> [..., V]
     spec.init_cache(batch, length, dtype) -> KVCache
     spec.forward_cached(params, cache, tokens, positions, valid, index) -> ([B, T, D], KVCache)
+        (the cache is updated in place and only slots [0, index + T) are read: use it per decode step)
 
 Per-layer tuples (`sliding_window`, `attn_scale`, `rope`) have exactly `num_layers` entries;
 `sliding_window` 0 means global attention on that layer.
@@ -109,8 +111,13 @@ class ModelSpec:
         positions: Int["B T"],
         segment: Int["B T"],
         parent: Int["B T"],
+        *,
+        attention_block: int | None = None,
     ) -> Float["B T D"]:
-        return decoder.hidden(self, params, tokens, positions, segment, parent)
+        """Packed rows -> final-normed hidden states; `attention_block`: see `decoder.hidden`."""
+        return decoder.hidden(
+            self, params, tokens, positions, segment, parent, attention_block=attention_block
+        )
 
     def head_weight(self, params: Any) -> Float["V D"]:
         return decoder.head_weight(self, params)
