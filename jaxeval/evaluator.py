@@ -31,6 +31,7 @@ from jaxeval.api.task_manager import LoadedTasks, TaskManager
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.args import parse_model_args
 from jaxeval.lm.base import LM, MODELS
+from jaxeval.output import handle_non_serializable
 from jaxeval.results import TaskAccumulator, build_results
 
 log = logging.getLogger(__name__)
@@ -53,16 +54,6 @@ def sample_size(num_docs: int, limit: int | float | None, task: str) -> int | No
 
 def _hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    return str(obj)
 
 
 def _cache_mode(cache_requests: bool | str, rewrite: bool) -> str | None:
@@ -173,7 +164,7 @@ def evaluate(
                         "filtered_resps": [r.filtered_resps[flt] for r in reqs],
                         "filter": flt,
                         "metrics": list(metrics),
-                        "doc_hash": _hash(json.dumps(reqs[0].doc, indent=2, default=_jsonable,
+                        "doc_hash": _hash(json.dumps(reqs[0].doc, indent=2, default=handle_non_serializable,
                                                      ensure_ascii=False)),
                         "prompt_hash": _hash(reqs[0].arguments[0]),
                         "target_hash": _hash(str(target)),
