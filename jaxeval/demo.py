@@ -32,7 +32,7 @@ def build_demo_model(out_dir: str, *, seed: int = 0) -> str:
     if os.path.exists(os.path.join(out_dir, "model.safetensors")):
         return out_dir
     train_tokenizer(_demo_texts(), out_dir, style="llama", vocab_size=512)
-    write_tiny_llama(out_dir, out_dir, seed=seed)
+    write_tiny_llama(out_dir, out_dir, seed=seed, std=0.02)
     return out_dir
 
 
@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     model_args = f"pretrained={model_dir},dtype=float32"
     results = jaxeval.simple_evaluate(model="jax", model_args=model_args, tasks=["jaxeval_demo"],
                                       bootstrap_iters=1000, log_samples=bool(args.output_path))
-    print(f"jaxeval demo: tiny Llama at {model_dir}, {time.time() - start:.1f}s end to end")
+    print(f"jaxeval demo: tiny Llama at {model_dir} (random weights: chance-level scores), "
+          f"{time.time() - start:.1f}s end to end")
     print(make_table(results))
     if args.output_path:
         print(f"Results written to {save_results(results, args.output_path, model_args=model_args, model_source='jax', start_time=start)}")
