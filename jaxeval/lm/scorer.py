@@ -26,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxeval import distributed
-from jaxeval.kernels.score import ScoreBatch, default_vocab_chunk, score
+from jaxeval.kernels.score import ScoreBatch, fast_vocab_chunk, score
 from jaxeval.lm.buckets import Bucket, BucketSet
 from jaxeval.lm.planner import Plan
 from jaxeval.mesh import put_global, to_host
@@ -113,7 +113,7 @@ class Scorer:
         return len(self._compiled)
 
     def chunk_for(self, bucket: Bucket) -> int:
-        return self.vocab_chunk or default_vocab_chunk(bucket.rows * bucket.points, self.vocab_size)
+        return self.vocab_chunk or fast_vocab_chunk(bucket.rows * bucket.points, self.vocab_size)
 
     def abstract_batch(self, bucket: Bucket) -> ScoreBatch:
         def arr(width):

@@ -122,8 +122,9 @@ class _Online:
         return m, jnp.zeros((b, g, r, t), jnp.float32), jnp.zeros((b, g, r, t, e), jnp.float32)
 
     @staticmethod
-    def update(state, scores: jax.Array, allowed: jax.Array, v: jax.Array):
-        """Folds one key block in: scores [B, G, R, Q, K], allowed [B, Q, K], v [B, K, G, E]."""
+    def update(state, scores: jax.Array, allowed: jax.Array, v: jax.Array, heads_major=False):
+        """Folds one key block in: scores [B, G, R, Q, K], allowed [B, Q, K], v [B, K, G, E]
+        ([B, G, K, E] when `heads_major`)."""
         m, total, acc = state
         s = jnp.where(allowed[:, None, None], scores.astype(jnp.float32), MASKED)
         m_new = jnp.maximum(m, s.max(axis=-1))  # [B, G, R, Q]
@@ -131,7 +132,7 @@ class _Online:
         p = jnp.exp(s - m_new[..., None])  # [B, G, R, Q, K]
         total = total * correction + p.sum(axis=-1)
         pv = jnp.einsum(
-            "bgrqk,bkge->bgrqe",
+            "bgrqk,bgke->bgrqe" if heads_major else "bgrqk,bkge->bgrqe",
             p.astype(v.dtype),
             v,
             precision=HIGHEST,
@@ -218,27 +219,35 @@ def blocked_attend(
     r = h // g
     n = t // block
     flags = block_visibility(segment, parent, positions, window, block=block)  # [N, N]
-    q_blocks = q.reshape(b, n, block, g, r, e).transpose(1, 0, 2, 3, 4, 5)  # [N, B, Q, G, R, E]
+    # Heads-major layouts once per call, so that no key block is transposed inside the loops.
+    q_blocks = q.reshape(b, n, block, g, r, e).transpose(1, 0, 3, 4, 2, 5)  # [N, B, G, R, Q, E]
+    k_t = k.transpose(0, 2, 1, 3)  # [B, G, T, E]
+    v_t = v.transpose(0, 2, 1, 3)
     meta = jnp.stack([segment, parent, positions], axis=0).reshape(3, b, n, block)
     q_meta = meta.transpose(2, 0, 1, 3)  # [N, 3, B, Q]
 
     def query_block(_, xs):
-        qi, qb, qm, row_flags = xs  # qb [B, Q, G, R, E], qm [3, B, Q], row_flags [N]
+        qi, qb, qm, row_flags = xs  # qb [B, G, R, Q, E], qm [3, B, Q], row_flags [N]
         seg_q, par_q, pos_q = qm[0][:, :, None], qm[1][:, :, None], qm[2][:, :, None]
         q_idx = (qi * block + jnp.arange(block, dtype=jnp.int32))[None, :, None]  # [1, Q, 1]
 
         def key_block(kj, state):
             def visit(state):
                 start = kj * block
-                kb = jax.lax.dynamic_slice_in_dim(k, start, block, axis=1)  # [B, K, G, E]
-                vb = jax.lax.dynamic_slice_in_dim(v, start, block, axis=1)
+                kb = jax.lax.dynamic_slice_in_dim(k_t, start, block, axis=2)  # [B, G, K, E]
+                vb = jax.lax.dynamic_slice_in_dim(v_t, start, block, axis=2)
                 km = jax.lax.dynamic_index_in_dim(meta, kj, axis=2, keepdims=False)  # [3, B, K]
                 seg_k, pos_k = km[0][:, None, :], km[2][:, None, :]  # [B, 1, K]
                 k_idx = (start + jnp.arange(block, dtype=jnp.int32))[None, None, :]
                 allowed = (seg_k != 0) & (k_idx <= q_idx) & ((seg_k == seg_q) | (seg_k == par_q))
                 if window is not None:
                     allowed &= (pos_q - pos_k) < window
-                return _Online.update(state, _scores(qb, kb, scale, softcap), allowed, vb)
+                # `_scores` in the heads-major layout: scaled after the matmul, then soft-capped.
+                s = jnp.einsum("bgrqe,bgke->bgrqk", qb, kb, precision=HIGHEST)
+                s = s * scale.astype(qb.dtype)
+                if softcap is not None:
+                    s = jnp.tanh(s / softcap) * softcap
+                return _Online.update(state, s, allowed, vb, heads_major=True)
 
             return jax.lax.cond(row_flags[kj], visit, lambda s: s, state)
 
