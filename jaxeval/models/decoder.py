@@ -28,7 +28,7 @@ from jaxeval.models.rope import dynamic_inv_freq, rope_cos_sin
 from jaxeval.shapes import Bool, Float, Int
 
 # Packed rows of T >= BLOCKED_MIN_LENGTH attend block by block (`attention.blocked_attend`), in
-# blocks of 128 rows (256 from T = 2048 on); shorter rows use the dense scores. Chosen by measuring
+# blocks of 128 rows (512 from T = 2048 on); shorter rows use the dense scores. Chosen by measuring
 # `hidden` on CPU (docs/performance.md): blocked is 1.4x faster at T = 512, 3x at T = 2048.
 BLOCKED_MIN_LENGTH = 512
 # Cache slots per block of `attention.cache_attend` (prefill and decode).
@@ -145,7 +145,7 @@ def attention_block_size(length: int, block: int | None = None) -> int:
         return block if 0 < block < length else 0
     if length < BLOCKED_MIN_LENGTH:
         return 0
-    return 256 if length >= 2048 else 128
+    return 512 if length >= 2048 else 128
 
 
 def hidden(
