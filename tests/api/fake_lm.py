@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 
 GENERATIONS = [
     " Natalia sold 48/2 = 24 clips in May.\n#### 72",
@@ -34,8 +35,12 @@ def rolling(text: str) -> float:
     return -(1.0 + _unit("roll", text)) * len(text) / 3.0
 
 
-def generate(ctx: str, gen_kwargs: dict) -> str:
-    out = GENERATIONS[int(_unit("gen", ctx) * len(GENERATIONS))]
+def generate(ctx: str, gen_kwargs: dict, generations: list[str] = GENERATIONS,
+             gold_of: Callable[[str], str | None] | None = None) -> str:
+    """One of `generations` picked by the context's hash; "{gold}" is filled by `gold_of(ctx)`."""
+    out = generations[int(_unit("gen", ctx) * len(generations))]
+    if "{gold}" in out:
+        out = out.replace("{gold}", (gold_of(ctx) if gold_of else None) or "0")
     for stop in gen_kwargs.get("until", []):
         if stop:
             out = out.split(stop)[0]
@@ -50,7 +55,8 @@ class RequestLog:
                                                "generate_until": []}
 
 
-def make_jaxeval_lm(log: RequestLog | None = None):
+def make_jaxeval_lm(log: RequestLog | None = None, generations: list[str] = GENERATIONS,
+                    gold_of: Callable[[str], str | None] | None = None):
     from jaxeval.lm.base import LM
 
     class FakeJaxevalLM(LM):
@@ -67,12 +73,13 @@ def make_jaxeval_lm(log: RequestLog | None = None):
         def generate_until(self, requests):
             if log:
                 log.calls["generate_until"] += [r.args for r in requests]
-            return [generate(*r.args) for r in requests]
+            return [generate(*r.args, generations, gold_of) for r in requests]
 
     return FakeJaxevalLM()
 
 
-def make_lm_eval_lm(log: RequestLog | None = None):
+def make_lm_eval_lm(log: RequestLog | None = None, generations: list[str] = GENERATIONS,
+                    gold_of: Callable[[str], str | None] | None = None):
     from lm_eval.api.model import LM
 
     class FakeLmEvalLM(LM):
@@ -91,7 +98,7 @@ def make_lm_eval_lm(log: RequestLog | None = None):
         def generate_until(self, requests, disable_tqdm=False):
             if log:
                 log.calls["generate_until"] += [r.args for r in requests]
-            return [generate(*r.args) for r in requests]
+            return [generate(*r.args, generations, gold_of) for r in requests]
 
     return FakeLmEvalLM()
 

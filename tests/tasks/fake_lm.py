@@ -11,9 +11,7 @@ lets some answers be right:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tests.api.fake_lm import GENERATIONS, RequestLog, _unit, loglikelihood, rolling
+from tests.api.fake_lm import GENERATIONS, RequestLog, make_jaxeval_lm, make_lm_eval_lm
 
 __all__ = [
     "COT_GENERATIONS",
@@ -73,70 +71,3 @@ TRIVIA_GENERATIONS = [
     "   Pacific Ocean  ",
     " I do not know",
 ]
-
-
-def generate(
-    ctx: str,
-    gen_kwargs: dict,
-    generations: list[str],
-    gold_of: Callable[[str], str | None] | None = None,
-) -> str:
-    out = generations[int(_unit("gen", ctx) * len(generations))]
-    if "{gold}" in out:
-        out = out.replace("{gold}", (gold_of(ctx) if gold_of else None) or "0")
-    for stop in gen_kwargs.get("until", []):
-        if stop:
-            out = out.split(stop)[0]
-    return out
-
-
-def make_jaxeval_lm(
-    log: RequestLog | None = None,
-    generations: list[str] = GENERATIONS,
-    gold_of: Callable[[str], str | None] | None = None,
-):
-    from jaxeval.lm.base import LM
-
-    class FakeJaxevalLM(LM):
-        def loglikelihood(self, requests):
-            if log:
-                log.calls["loglikelihood"] += [r.args for r in requests]
-            return [loglikelihood(*r.args) for r in requests]
-
-        def loglikelihood_rolling(self, requests):
-            if log:
-                log.calls["loglikelihood_rolling"] += [r.args for r in requests]
-            return [rolling(r.args[0]) for r in requests]
-
-        def generate_until(self, requests):
-            if log:
-                log.calls["generate_until"] += [r.args for r in requests]
-            return [generate(*r.args, generations, gold_of) for r in requests]
-
-    return FakeJaxevalLM()
-
-
-def make_lm_eval_lm(
-    log: RequestLog | None = None,
-    generations: list[str] = GENERATIONS,
-    gold_of: Callable[[str], str | None] | None = None,
-):
-    from lm_eval.api.model import LM
-
-    class FakeLmEvalLM(LM):
-        def loglikelihood(self, requests, disable_tqdm=False):
-            if log:
-                log.calls["loglikelihood"] += [r.args for r in requests]
-            return [loglikelihood(*r.args) for r in requests]
-
-        def loglikelihood_rolling(self, requests, disable_tqdm=False):
-            if log:
-                log.calls["loglikelihood_rolling"] += [r.args for r in requests]
-            return [rolling(r.args[0]) for r in requests]
-
-        def generate_until(self, requests, disable_tqdm=False):
-            if log:
-                log.calls["generate_until"] += [r.args for r in requests]
-            return [generate(*r.args, generations, gold_of) for r in requests]
-
-    return FakeLmEvalLM()
