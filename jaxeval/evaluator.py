@@ -184,18 +184,12 @@ def _make_lm(model: Any, model_args: Any, batch_size: Any, max_batch_size: Any, 
             raise JaxevalError(f"model of type {type(model).__name__} is not a jaxeval LM",
                                hint="pass a model name such as 'jax', or an object with the three request methods")
         return model
-    _register_builtin_models()
+    import jaxeval.lm.jax_lm  # noqa: F401  (registers "jax" and "hf"; imported here to keep start-up light)
+
     cls = MODELS.get(model)
     extra = {"batch_size": batch_size, "max_batch_size": max_batch_size, "device": device}
     args = parse_model_args(model_args)
     return cls(**args, **{k: v for k, v in extra.items() if v is not None})
-
-
-def _register_builtin_models() -> None:
-    try:
-        import jaxeval.lm.jax_lm  # noqa: F401  (registers "jax" and "hf")
-    except ImportError as e:  # pragma: no cover - only while the JAX model is missing
-        log.debug("JAX model adapter unavailable: %s", e)
 
 
 def simple_evaluate(
