@@ -15,8 +15,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import enum
 import logging
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -25,26 +25,21 @@ from jaxeval.api.config import GROUP_FIELDS, GroupConfig, TaskConfig
 from jaxeval.api.data import find_local_files
 from jaxeval.api.group import Group
 from jaxeval.api.task import Task
+from jaxeval.api.task_index import (
+    Entry,
+    Kind,
+    index_folder,
+    kind_of,
+    lm_eval_task_dir,
+    merge,
+    parse_folder,
+    scan,
+)
 from jaxeval.api.yaml_loader import load_yaml
 from jaxeval.errors import JaxevalError
 
 log = logging.getLogger(__name__)
-_IGNORE_DIRS = {"__pycache__", ".ipynb_checkpoints"}
-
-
-class Kind(enum.Enum):
-    TASK = "task"
-    GROUP = "group"
-    TAG = "tag"
-
-
-@dataclasses.dataclass
-class Entry:
-    name: str
-    kind: Kind
-    yaml_path: Path | None
-    cfg: dict | None = None
-    tags: set[str] = dataclasses.field(default_factory=set)
+__all__ = ["Entry", "Kind", "LoadedTasks", "TaskManager", "build_index", "builtin_task_dir"]
 
 
 @dataclasses.dataclass
@@ -61,68 +56,46 @@ def builtin_task_dir() -> Path:
     return Path(str(resources.files("jaxeval.tasks")))
 
 
-def _as_set(value: Any) -> set[str]:
-    if value is None:
-        return set()
-    return {value} if isinstance(value, str) else set(value)
+def catalogue_enabled() -> bool:
+    """lm-eval's catalogue is indexed unless `JAXEVAL_CATALOGUE=0`."""
+    return os.environ.get("JAXEVAL_CATALOGUE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _kind_of(cfg: dict, path: Path | None) -> Kind:
-    if "class" in cfg:
-        raise JaxevalError("Python task classes (`class:`) are not supported; write the task as YAML",
-                           file=str(path))
-    if "group" in cfg:
-        return Kind.GROUP
-    if "task" in cfg:
-        return Kind.TASK
-    raise JaxevalError(f"a task YAML needs a 'task' or 'group' key (keys: {sorted(cfg)})", file=str(path))
+    return kind_of(cfg, path)
 
 
-def build_index(paths: list[Path]) -> dict[str, Entry]:
-    index: dict[str, Entry] = {}
+def build_index(paths: list[Path], *, source: str = "include") -> dict[str, Entry]:
+    """The index of `paths` (later paths win), parsed afresh (no cache)."""
+    folders = []
     for root in paths:
-        found: dict[str, Entry] = {}
-        files = sorted((p for p in Path(root).glob("**/*.yaml") if not _IGNORE_DIRS & set(p.parts)),
-                       key=lambda p: p.as_posix())
-        for path in files:
-            try:
-                cfg = load_yaml(path, resolve_functions=False)
-                kind = _kind_of(cfg, path)
-            except JaxevalError as e:
-                log.debug("skipping %s: %s", path, e)
-                continue
-            name = cfg["group"] if kind is Kind.GROUP else cfg["task"]
-            if not isinstance(name, str):
-                log.debug("skipping %s: name is not a string", path)
-                continue
-            if name in found:
-                log.warning("duplicate task/group name %r in %s (first in %s); keeping the first",
-                            name, path, found[name].yaml_path)
-                continue
-            found[name] = Entry(name, kind, path, cfg, _as_set(cfg.get("tag")))
-            if kind is Kind.TASK:
-                for tag in _as_set(cfg.get("tag")):
-                    found.setdefault(tag, Entry(tag, Kind.TAG, None)).tags.add(name)
-        for name, entry in found.items():
-            if name in index and index[name].kind is not Kind.TAG:
-                log.info("%s from %s overrides %s", name, entry.yaml_path, index[name].yaml_path)
-            index[name] = entry
-    return index
+        files, _ = scan(Path(root).resolve())
+        folders.append(parse_folder(Path(root).resolve(), files, source))
+    return merge(folders)
 
 
 class TaskManager:
     """Finds tasks by name, tag, group or YAML path and builds them."""
 
     def __init__(self, include_path: str | list[str] | None = None, *, include_defaults: bool = True,
-                 metadata: dict | None = None, data_files: dict[str, dict[str, str]] | None = None,
-                 data_dir: str | None = None):
-        paths = [builtin_task_dir()] if include_defaults else []
+                 catalogue: bool | None = None, metadata: dict | None = None,
+                 data_files: dict[str, dict[str, str]] | None = None, data_dir: str | None = None):
+        """`catalogue`: index lm-eval's installed task folder under ours (default: when installed,
+        unless JAXEVAL_CATALOGUE=0; never without `include_defaults`)."""
+        roots: list[tuple[Path, str]] = []
+        if catalogue is None:
+            catalogue = include_defaults and catalogue_enabled()
+        self.catalogue_dir = lm_eval_task_dir() if catalogue else None
+        if self.catalogue_dir is not None:
+            roots.append((self.catalogue_dir, "lm-eval"))
+        if include_defaults:
+            roots.append((builtin_task_dir(), "jaxeval"))
         for p in [include_path] if isinstance(include_path, str) else (include_path or []):
             if not Path(p).is_dir():
                 raise JaxevalError(f"--include_path {p} is not a directory", field="include_path")
-            paths.append(Path(p))
-        self.paths = paths
-        self.index = build_index(paths)
+            roots.append((Path(p), "include"))
+        self.paths = [r for r, _ in roots]
+        self.index = merge([index_folder(r, src) for r, src in roots])
         self.metadata = dict(metadata or {})
         self.data_files = dict(data_files or {})
         if data_dir is not None and not Path(data_dir).is_dir():
@@ -146,13 +119,26 @@ class TaskManager:
         return self.names(Kind.TAG)
 
     def listing(self) -> list[tuple[str, str, str]]:
-        """(name, kind, path or members) rows for `jaxeval ls`."""
+        """(name, kind, "source: path or members") rows for `jaxeval ls`.
+
+            arc_easy      task   jaxeval: .../jaxeval/tasks/arc/arc_easy.yaml
+            bbh           group  lm-eval: .../lm_eval/tasks/bbh/...
+            ai2_arc       tag    jaxeval: arc_challenge, arc_easy
+        """
         rows = []
         for name in sorted(self.index):
             e = self.index[name]
-            where = ", ".join(sorted(e.tags)) if e.kind is Kind.TAG else str(e.yaml_path)
-            rows.append((name, e.kind.value, where))
+            if e.kind is Kind.TAG:
+                members = sorted(e.tags)
+                where = ", ".join(members[:8]) + (f", ... ({len(members)} tasks)" if len(members) > 8 else "")
+            else:
+                where = str(e.yaml_path)
+            rows.append((name, e.kind.value, f"{e.source}: {where}"))
         return rows
+
+    def source_of(self, name: str) -> str:
+        """"jaxeval", "lm-eval" or "include" (KeyError for an unknown name)."""
+        return self.index[name].source
 
     # ------------------------------------------------------------------ loading
     def load(self, specs: str | list[Any]) -> LoadedTasks:
@@ -197,14 +183,26 @@ class TaskManager:
             cfg = load_yaml(path, resolve_functions=False)
             kind = _kind_of(cfg, path)
             name = cfg["group"] if kind is Kind.GROUP else cfg["task"]
-            return self._build(Entry(name, kind, path.resolve(), cfg))
+            py_class = str(cfg["class"]) if kind is Kind.TASK and "class" in cfg else None
+            return self._build(Entry(name, kind, path.resolve(), cfg, py_class=py_class))
         if path.is_dir():
             index = build_index([path])
             return [self._build(e) for e in index.values() if e.kind is Kind.TASK]
-        close = difflib.get_close_matches(spec, list(self.index), n=3, cutoff=0.6)
-        hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else \
-            "run `jaxeval ls tasks` to list tasks, or pass --include_path DIR for your own YAMLs"
-        raise JaxevalError(f"unknown task, group or tag '{spec}'", field="tasks", hint=hint)
+        raise JaxevalError(f"unknown task, group or tag '{spec}'", field="tasks",
+                           hint=self._unknown_hint(spec))
+
+    def _unknown_hint(self, name: str) -> str:
+        close = difflib.get_close_matches(name, list(self.index), n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+        if self.catalogue_dir is None and lm_eval_task_dir() is None:
+            return hint + (
+                "jaxeval's own library does not have it; lm-eval's catalogue (13,000+ tasks: bbh, "
+                "mmlu_pro, leaderboard, ...) comes with `pip install \"jaxeval[tasks]\"` (and the "
+                "Open LLM Leaderboard's dependencies with `pip install \"jaxeval[leaderboard]\"`)")
+        if self.catalogue_dir is None:
+            return hint + "lm-eval's catalogue is switched off (JAXEVAL_CATALOGUE=0 or catalogue=False)"
+        return hint + ("run `jaxeval ls tasks` to list tasks, or pass --include_path DIR for your "
+                       "own YAMLs")
 
     def _full_config(self, entry: Entry, overrides: dict | None) -> dict:
         cfg = copy.deepcopy(load_yaml(entry.yaml_path)) if entry.yaml_path else copy.deepcopy(entry.cfg or {})
@@ -226,11 +224,39 @@ class TaskManager:
         return self._build_task(entry, overrides)
 
     def _build_task(self, entry: Entry, overrides: dict | None) -> Task:
-        cfg = self._full_config(entry, overrides)
+        try:
+            cfg = self._full_config(entry, overrides)
+        except JaxevalError as e:
+            extra = self._extra_for(entry)
+            if extra is None or "cannot import" not in e.message:
+                raise
+            raise JaxevalError(e.message, task=entry.name, file=e.file, field=e.field,
+                               hint=f"{e.hint}; `pip install \"{extra}\"` brings what it imports"
+                               if e.hint else None) from None
         for key in ("tag", "group", "task_list"):
             cfg.pop(key, None)
+        if "class" in cfg:
+            return self._build_python_task(entry, cfg)
         config = TaskConfig.from_dict(cfg, source=str(entry.yaml_path) if entry.yaml_path else None)
         return Task(config, data_files=self._local_files(config))
+
+    def _extra_for(self, entry: Entry) -> str | None:
+        """The jaxeval extra that brings a catalogue task's Python dependencies."""
+        if entry.source != "lm-eval" or entry.yaml_path is None or self.catalogue_dir is None:
+            return None
+        top = Path(entry.yaml_path).relative_to(self.catalogue_dir).parts[0]
+        return "jaxeval[leaderboard]" if top == "leaderboard" else "jaxeval[tasks]"
+
+    def _build_python_task(self, entry: Entry, cfg: dict) -> Task:
+        """lm-eval's `class:` tasks define their prompts and scoring in Python methods."""
+        cls = cfg["class"]
+        name = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls)}"
+        raise JaxevalError(
+            f"task '{entry.name}' is the Python class {name} (`class:` in its YAML), which jaxeval "
+            "does not run: its requests and scores live in the class's methods, not in YAML",
+            task=entry.name, file=str(entry.yaml_path) if entry.yaml_path else None, field="class",
+            hint="run it with lm-eval itself, or write the task as YAML (doc_to_text, doc_to_target, "
+                 "process_results) and pass its folder with --include_path")
 
     def _local_files(self, config: TaskConfig) -> dict[str, str] | None:
         """Explicit `data_files` for the task, else files found under `--data_dir`, else None (hub)."""

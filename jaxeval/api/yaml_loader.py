@@ -1,4 +1,4 @@
-"""Task YAML loading: `!function` resolved relative to the file, `include` merged, cycles caught.
+"""Task YAML loading: `!function` resolved relative to the file that holds it, `include` merged.
 
     # tasks/arc/arc_easy.yaml                # tasks/arc/utils.py
     include: _arc_base.yaml                  def process(dataset): ...
@@ -6,13 +6,27 @@
     process_docs: !function utils.process
 
 `include` files are merged in order and the including file's keys win; `task_list` is not inherited.
-Functions are looked up as `<dir of the yaml>/<module path>.py` first, then as an importable module.
+A `!function` tag inside an included template resolves against the template's own folder, so
+`xquad/xquad_de.yaml` including `xquad_common_yaml` (`!function utils.process_results_qa`) reads
+`xquad/utils.py`.
+
+What `!function a.b.name` may reach (nothing else runs):
+
+* `<folder of the YAML>/a/b.py`, or
+* a module of an installed task package: `jaxeval.tasks.*` or lm-eval's `lm_eval.tasks.*`,
+
+and only a function, class (e.g. a `Filter` subclass) or `functools.partial` that the module
+defines, or re-exports from lm-eval / jaxeval. `!function os.system` is an error naming the file
+and the tag, and so is `!function utils.system` when utils.py did `from os import system`.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,75 +35,136 @@ import yaml
 
 from jaxeval.errors import JaxevalError
 
+TASK_PACKAGES = ("jaxeval.tasks", "lm_eval.tasks")
+_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-class _FunctionRef(str):
+
+class FunctionRef(str):
     """An unresolved `!function` reference (used when indexing: no code runs)."""
 
 
-def _load_module(path: Path):
-    name = "jaxeval_task_modules." + "_".join(path.with_suffix("").parts[-3:]).replace("-", "_")
+_FunctionRef = FunctionRef  # the older private name
+
+
+def module_name_for(path: Path) -> str:
+    """The `sys.modules` name of a task helper file.
+
+    A file inside an installed task package gets its package name, so that helpers importing each
+    other (`from lm_eval.tasks.bbh.utils import X`) share one module object:
+
+        .../site-packages/lm_eval/tasks/bbh/cot_zeroshot/utils.py -> lm_eval.tasks.bbh.cot_zeroshot.utils
+        /home/me/my_tasks/utils.py -> jaxeval_task_modules.utils_3f2a9c1e (hash of the full path)
+    """
+    parts = path.with_suffix("").parts
+    for pkg in TASK_PACKAGES:
+        top, sub = pkg.split(".")
+        for i in range(len(parts) - 2, -1, -1):
+            if parts[i] == top and parts[i + 1] == sub:
+                rest = parts[i + 2 :]
+                if rest and all(p.isidentifier() for p in rest):
+                    return ".".join((top, sub, *rest))
+                break
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+    stem = "".join(c if c.isalnum() else "_" for c in parts[-1])
+    return f"jaxeval_task_modules.{stem}_{digest}"
+
+
+def _load_module(path: Path) -> Any:
+    name = module_name_for(path)
     mtime = path.stat().st_mtime_ns
     existing = sys.modules.get(name)
-    if existing is not None and getattr(existing, "__file__", None) == str(path) and getattr(
-        existing, "__jaxeval_mtime__", None
-    ) == mtime:
-        return existing
+    if existing is not None and getattr(existing, "__file__", None) == str(path):
+        if getattr(existing, "__jaxeval_mtime__", mtime) == mtime:
+            return existing
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     module.__jaxeval_mtime__ = mtime  # type: ignore[attr-defined]
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        # A half-run module must not be found next time (it would lack the names after the failure).
+        sys.modules.pop(name, None)
+        raise
     return module
 
 
+# Besides the module itself, helpers may re-export what these packages define (lm-eval's own task
+# helpers do: `from lm_eval.utils import weighted_f1_score` "referenced as !function utils.X").
+_LIBRARY_PREFIXES = ("lm_eval.", "jaxeval.", "jaxeval_task_modules.")
+
+
+def _defined_in(obj: Any, module: Any) -> bool:
+    if isinstance(obj, functools.partial):
+        return _defined_in(obj.func, module)
+    if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+        return False
+    owner = getattr(obj, "__module__", None) or ""
+    return owner == module.__name__ or owner.startswith(_LIBRARY_PREFIXES)
+
+
 def resolve_function(qualname: str, base_dir: Path, *, source: Path) -> Any:
-    """`utils.process_docs` -> the function, from `base_dir/utils.py` or an importable module."""
+    """`utils.process_docs` -> the function, from `base_dir/utils.py` or an installed task package."""
+    tag = f"!function {qualname}"
     mod_path, _, fn_name = qualname.rpartition(".")
     if not mod_path:
         raise JaxevalError(
-            f"!function {qualname!r} has no module part", file=str(source),
+            f"{tag} has no module part", file=str(source), field="!function",
             hint="write !function module.function_name, e.g. !function utils.process_docs",
         )
     local = (base_dir / f"{mod_path.replace('.', '/')}.py").resolve()
+    in_package = any(mod_path == p or mod_path.startswith(p + ".") for p in TASK_PACKAGES)
+    if not local.exists() and not in_package:
+        raise JaxevalError(
+            f"{tag}: module '{mod_path}' is not beside the YAML ({local} does not exist) and not in "
+            f"an installed task package ({', '.join(TASK_PACKAGES)}); nothing else may be called",
+            file=str(source), field="!function",
+            hint=f"put {mod_path.replace('.', '/')}.py next to the YAML file",
+        )
     try:
         module = _load_module(local) if local.exists() else importlib.import_module(mod_path)
     except ImportError as e:
-        raise JaxevalError(
-            f"!function {qualname!r}: cannot import module '{mod_path}' ({e})", file=str(source),
-            hint=f"put {mod_path.replace('.', '/')}.py next to the YAML file or make it importable",
-        ) from None
+        missing = getattr(e, "name", None)
+        hint = (f"pip install the package that provides '{missing}'" if missing
+                else "check the module's imports")
+        raise JaxevalError(f"{tag}: cannot import module '{mod_path}' ({e})", file=str(source),
+                           field="!function", hint=hint) from None
+    except Exception as e:  # the helper module itself failed while running its top level
+        raise JaxevalError(f"{tag}: module '{mod_path}' failed to load ({type(e).__name__}: {e})",
+                           file=str(source), field="!function") from None
+    except SystemExit as e:
+        raise JaxevalError(f"{tag}: module '{mod_path}' exited while loading ({e})",
+                           file=str(source), field="!function") from None
     if not hasattr(module, fn_name):
+        raise JaxevalError(f"{tag}: module '{mod_path}' has no function '{fn_name}'",
+                           file=str(source), field="!function")
+    obj = getattr(module, fn_name)
+    if not _defined_in(obj, module):
         raise JaxevalError(
-            f"!function {qualname!r}: module '{mod_path}' has no function '{fn_name}'", file=str(source)
+            f"{tag}: '{fn_name}' is not a function, class or filter defined in module '{mod_path}'",
+            file=str(source), field="!function",
+            hint="define the function in the helper module itself (imports are not callable from YAML)",
         )
-    return getattr(module, fn_name)
+    return obj
 
 
-def _loader_for(path: Path, resolve_functions: bool) -> type[yaml.SafeLoader]:
-    class Loader(yaml.SafeLoader):
+def _loader_for(path: Path, resolve_functions: bool) -> type:
+    class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
         pass
 
-    def function(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-        qual = loader.construct_scalar(node)  # type: ignore[arg-type]
+    def function(loader: Any, node: yaml.Node) -> Any:
+        qual = loader.construct_scalar(node)
         if not resolve_functions:
-            return _FunctionRef(qual)
+            return FunctionRef(qual)
         return resolve_function(str(qual), path.parent, source=path)
 
     Loader.add_constructor("!function", function)
     return Loader
 
 
-def load_yaml(path: str | Path, *, resolve_functions: bool = True, _seen: tuple[Path, ...] = ()) -> dict:
-    """Loads a task/group YAML with its includes merged; errors name the file."""
-    path = Path(path).expanduser().resolve()
-    if path in _seen:
-        chain = " -> ".join(str(p) for p in (*_seen, path))
-        raise JaxevalError(f"include cycle: {chain}", file=str(path))
-    if not path.is_file():
-        where = f" (included from {_seen[-1]})" if _seen else ""
-        raise JaxevalError(f"YAML file not found{where}", file=str(path))
+def _parse(path: Path, resolve_functions: bool) -> dict:
     try:
         with path.open("rb") as fh:
             cfg = yaml.load(fh, Loader=_loader_for(path, resolve_functions))  # noqa: S506 (safe loader)
@@ -99,13 +174,43 @@ def load_yaml(path: str | Path, *, resolve_functions: bool = True, _seen: tuple[
         raise JaxevalError(
             f"expected a mapping at the top level, got {type(cfg).__name__}", file=str(path)
         )
+    return cfg
+
+
+def load_yaml(
+    path: str | Path,
+    *,
+    resolve_functions: bool = True,
+    memo: dict[Path, dict] | None = None,
+    _seen: tuple[Path, ...] = (),
+) -> dict:
+    """Loads a task/group YAML with its includes merged; errors name the file.
+
+    `memo` (unresolved loads only) keeps each parsed file, so that indexing thousands of files that
+    share a few templates parses every template once.
+    """
+    path = Path(path).expanduser().resolve()
+    if path in _seen:
+        chain = " -> ".join(str(p) for p in (*_seen, path))
+        raise JaxevalError(f"include cycle: {chain}", file=str(path))
+    if not path.is_file():
+        where = f" (included from {_seen[-1]})" if _seen else ""
+        raise JaxevalError(f"YAML file not found{where}", file=str(path))
+    use_memo = memo is not None and not resolve_functions
+    if use_memo and path in memo:  # type: ignore[operator]
+        cfg = dict(memo[path])  # type: ignore[index]
+    else:
+        cfg = _parse(path, resolve_functions)
+        if use_memo:
+            memo[path] = dict(cfg)  # type: ignore[index]
     includes = cfg.pop("include", None)
     if includes is None:
         return cfg
     merged: dict = {}
     for inc in includes if isinstance(includes, list) else [includes]:
         inc_path = Path(inc) if Path(inc).is_absolute() else path.parent / inc
-        inc_cfg = load_yaml(inc_path, resolve_functions=resolve_functions, _seen=(*_seen, path))
+        inc_cfg = load_yaml(inc_path, resolve_functions=resolve_functions, memo=memo,
+                            _seen=(*_seen, path))
         inc_cfg.pop("task_list", None)
         merged.update(inc_cfg)
     merged.update(cfg)

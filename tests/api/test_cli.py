@@ -10,8 +10,10 @@ import pytest
 from jaxeval.cli import main
 from jaxeval.lm.base import MODELS
 from tests.api import fake_lm
+from tests.helpers.copy_rows import ROWS
 
 CALLS: list[int] = []
+ARC_EASY_TEST_ROWS = ROWS["ai2_arc/ARC-Easy/test.jsonl"]
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +54,7 @@ def test_run_writes_lm_eval_schema_and_samples(tmp_path, shared_data, capsys):
     assert set(r) >= {"name", "alias", "sample_len", "acc,none", "acc_stderr,none", "acc_norm,none",
                       "acc_norm_stderr,none"}
     assert r["sample_len"] == 10
-    assert res["n-samples"]["arc_easy"] == {"original": 2376, "effective": 10}
+    assert res["n-samples"]["arc_easy"] == {"original": ARC_EASY_TEST_ROWS, "effective": 10}
     assert res["versions"]["arc_easy"] == 1.0
     assert res["config"]["limit"] == 10.0 and res["config"]["model"] == "fake"
     samples = (folder / results_files[0].name.replace("results_", "samples_arc_easy_")).with_suffix(".jsonl")
@@ -103,7 +105,7 @@ ROWS = [{"q": "one?", "choices": ["a", "b"], "gold": 1}, {"q": "two?", "choices"
         ("filter_list:\n  - name: f\n    filter:\n      - function: regexx\n", ROWS, ["unknown filter 'regexx'"]),
         ("", [ROWS[0], {"q": "two?", "choices": ["c", "d"], "gold": 5}], ["document 1", "outside the 2 choices"]),
         ("doc_to_decontamination_query: x\nprocess_results: !function nomod_abc.f\n", ROWS,
-         ["cannot import module 'nomod_abc'"]),
+         ["module 'nomod_abc' is not beside the YAML"]),
         ("description: '{{missing_field}}'\n", ROWS, ["missing_field", "document 0", "bad_task"]),
     ],
 )
@@ -182,7 +184,7 @@ def test_ls_lists_tasks_groups_tags(capsys):
         assert f"\n{name} " in out
     assert main(["ls", "groups"]) == 0
     groups = capsys.readouterr().out
-    assert "mmlu_humanities" in groups and "arc_easy" not in groups
+    assert "\nmmlu_humanities " in groups and "\narc_easy " not in groups
 
 
 def test_cache_requests_writes_reads_refreshes_and_deletes(tmp_path, shared_data, monkeypatch):
@@ -194,7 +196,7 @@ def test_cache_requests_writes_reads_refreshes_and_deletes(tmp_path, shared_data
     import pickle
 
     cached = pickle.loads(files[0].read_bytes())
-    assert len(cached) == 2376  # every document is built when writing, like lm-eval
+    assert len(cached) == ARC_EASY_TEST_ROWS  # every document is built when writing, like lm-eval
     assert run(*base, str(tmp_path / "b"), "--cache_requests") == 0
     ra = json.loads(next((tmp_path / "a").rglob("results_*.json")).read_text())["results"]["arc_easy"]
     rb = json.loads(next((tmp_path / "b").rglob("results_*.json")).read_text())["results"]["arc_easy"]

@@ -109,11 +109,16 @@ def test_tags_match_lm_eval(manager):
             )
 
 
-def test_cli_lists_tasks_and_tags(capsys):
+def test_cli_lists_tasks_and_tags(capsys, monkeypatch):
     from jaxeval.cli import cmd_ls
 
+    monkeypatch.setenv("JAXEVAL_CATALOGUE", "0")  # our library's own tags, without lm-eval's members
     assert cmd_ls(["tasks"]) == 0
-    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[1:]}
+    rows = {}
+    for line in capsys.readouterr().out.splitlines()[1:]:
+        name, kind, source, *rest = line.split()
+        assert source == "jaxeval:", line
+        rows[name] = [kind, *rest]
     for task in CASES:
         assert rows[task][0] == "task", task
     for tag, members in {

@@ -1,0 +1,199 @@
+"""The task index: every task, group and tag name -> where it is defined, cached per folder.
+
+Three kinds of folder are indexed, in this order (a later folder wins a name clash):
+
+    lm-eval's installed task folder   source "lm-eval"   (the catalogue; `pip install jaxeval[tasks]`)
+    jaxeval.tasks (our library)       source "jaxeval"   (wins over lm-eval: a debug line, no warning)
+    each --include_path               source "include"  (wins over both: an info line)
+
+Within one folder files are read in sorted path order and the first definition of a name wins.
+A tag's members are the union over folders.
+
+Indexing parses ~15k YAML files for lm-eval's folder (about 6 s), so each folder's index is kept
+in `$JAXEVAL_INDEX_CACHE` (default `~/.cache/jaxeval/task_index/`), one JSON file per folder,
+keyed by every YAML file's relative path, size and modification time:
+
+    key = sha256("v1" + "\\n".join(f"{rel}\\0{size}\\0{mtime_ns}" for each *.yaml / *_yaml file))
+
+A warm start stats the files (no parsing) and reads one JSON file. The cache file is written to a
+temporary name and renamed into place, so concurrent runs never read half a file; a corrupt or
+stale file is rebuilt. Nothing here runs task code: `!function` tags stay unresolved strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from jaxeval.api.yaml_loader import load_yaml
+from jaxeval.errors import JaxevalError
+
+log = logging.getLogger(__name__)
+
+INDEX_VERSION = "v1"
+_IGNORE_DIRS = {"__pycache__", ".ipynb_checkpoints"}
+_TEMPLATE_SUFFIXES = (".yaml", ".yml", "_yaml")
+
+
+class Kind(enum.Enum):
+    TASK = "task"
+    GROUP = "group"
+    TAG = "tag"
+
+
+@dataclasses.dataclass
+class Entry:
+    """One indexed name. `py_class` is the unresolved `class: !function m.C` of a Python task."""
+
+    name: str
+    kind: Kind
+    yaml_path: Path | None
+    cfg: dict | None = None
+    tags: set[str] = dataclasses.field(default_factory=set)
+    source: str = "inline"
+    py_class: str | None = None
+
+
+def _as_set(value: Any) -> set[str]:
+    if value is None:
+        return set()
+    return {value} if isinstance(value, str) else {str(v) for v in value}
+
+
+def kind_of(cfg: dict, path: Path | None) -> Kind:
+    """`group:` -> GROUP, `task:` (with or without `class:`) -> TASK."""
+    if "group" in cfg:
+        return Kind.GROUP
+    if "task" in cfg:
+        return Kind.TASK
+    raise JaxevalError(f"a task YAML needs a 'task' or 'group' key (keys: {sorted(cfg)})",
+                       file=str(path) if path else None)
+
+
+def cache_dir() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jaxeval" / "task_index"
+    return Path(os.environ.get("JAXEVAL_INDEX_CACHE", default))
+
+
+def scan(root: Path) -> tuple[list[Path], str]:
+    """(the folder's *.yaml files in sorted order, the cache key of all its YAML and templates)."""
+    indexed: list[Path] = []
+    stamps: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _IGNORE_DIRS]
+        for fname in filenames:
+            if not fname.endswith(_TEMPLATE_SUFFIXES):
+                continue
+            full = os.path.join(dirpath, fname)
+            st = os.stat(full)
+            stamps.append(f"{os.path.relpath(full, root)}\0{st.st_size}\0{st.st_mtime_ns}")
+            if fname.endswith(".yaml"):
+                indexed.append(Path(full))
+    stamps.sort()
+    digest = hashlib.sha256("\n".join([INDEX_VERSION, str(root), *stamps]).encode()).hexdigest()
+    return sorted(indexed, key=lambda p: p.as_posix()), digest
+
+
+def parse_folder(root: Path, files: list[Path], source: str) -> dict[str, Entry]:
+    """Reads every file (functions unresolved); unreadable files are skipped with a debug line."""
+    found: dict[str, Entry] = {}
+    memo: dict[Path, dict] = {}
+    for path in files:
+        try:
+            cfg = load_yaml(path, resolve_functions=False, memo=memo)
+            kind = kind_of(cfg, path)
+        except JaxevalError as e:
+            log.debug("skipping %s: %s", path, e)
+            continue
+        name = cfg["group"] if kind is Kind.GROUP else cfg["task"]
+        if not isinstance(name, str):
+            log.debug("skipping %s: its name is not a string", path)
+            continue
+        if name in found:
+            log.debug("%s: %r is already defined in %s; keeping the first", path, name,
+                      found[name].yaml_path)
+            continue
+        py_class = str(cfg["class"]) if kind is Kind.TASK and "class" in cfg else None
+        found[name] = Entry(name, kind, path, None, _as_set(cfg.get("tag")), source, py_class)
+        if kind is Kind.TASK:
+            for tag in _as_set(cfg.get("tag")):
+                if tag in found and found[tag].kind is not Kind.TAG:
+                    log.debug("%s: tag %r has the name of a %s; ignored", path, tag, found[tag].kind.value)
+                    continue
+                found.setdefault(tag, Entry(tag, Kind.TAG, None, source=source)).tags.add(name)
+    return found
+
+
+def _to_json(root: Path, entries: dict[str, Entry]) -> list:
+    return [[e.name, e.kind.value, os.path.relpath(e.yaml_path, root) if e.yaml_path else None,
+             sorted(e.tags), e.py_class] for e in entries.values()]
+
+
+def _from_json(root: Path, rows: list, source: str) -> dict[str, Entry]:
+    return {name: Entry(name, Kind(kind), root / rel if rel else None, None, set(tags), source, py)
+            for name, kind, rel, tags, py in rows}
+
+
+def index_folder(root: Path, source: str, *, use_cache: bool = True) -> dict[str, Entry]:
+    """One folder's entries, from the cache when its key still matches."""
+    root = Path(root).resolve()
+    files, key = scan(root)
+    cache_file = cache_dir() / f"{hashlib.sha256(str(root).encode()).hexdigest()[:20]}.json"
+    if use_cache:
+        try:
+            data = json.loads(cache_file.read_text(encoding="utf-8"))
+            if data.get("key") == key:
+                return _from_json(root, data["entries"], source)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    entries = parse_folder(root, files, source)
+    if use_cache:
+        _write_atomically(cache_file, {"key": key, "root": str(root), "entries": _to_json(root, entries)})
+    return entries
+
+
+def _write_atomically(path: Path, data: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:  # a read-only home still works, just without the cache
+        log.debug("could not write the task index cache %s: %s", path, e)
+
+
+def merge(folders: list[dict[str, Entry]]) -> dict[str, Entry]:
+    """Later folders win; tags are unions; a clash with lm-eval's catalogue is a debug line."""
+    index: dict[str, Entry] = {}
+    for found in folders:
+        for name, entry in found.items():
+            old = index.get(name)
+            if old is not None and old.kind is Kind.TAG and entry.kind is Kind.TAG:
+                index[name] = dataclasses.replace(entry, tags=old.tags | entry.tags)
+                continue
+            if old is not None and old.kind is not Kind.TAG:
+                level = logging.DEBUG if old.source == "lm-eval" else logging.INFO
+                log.log(level, "%s from %s (%s) overrides %s (%s)", name, entry.yaml_path,
+                        entry.source, old.yaml_path, old.source)
+            index[name] = entry
+    return index
+
+
+def lm_eval_task_dir() -> Path | None:
+    """lm-eval's installed task folder, found without importing lm-eval (None if not installed)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("lm_eval")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "tasks"
+    return folder if folder.is_dir() else None
