@@ -8,6 +8,10 @@ shard of one parameter plus one layer's tensor at a time, never a second copy of
 
     load_model("/ckpt/llama", mesh=make_mesh("data_model"), dtype="bfloat16")
       -> LoadedModel(spec=ModelSpec(model_type="llama", ...), params={...}, hf_config, path, mesh)
+    load_model("/ckpt", gguf_file="smollm2.Q4_1.gguf")   # or load_model("/ckpt/smollm2.Q4_1.gguf")
+
+A GGUF file goes through the same path: `jaxeval.models.gguf.GGUFCheckpoint` answers HF tensor
+names with dequantized rows, so each shard is still read (and dequantized) on its own.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from jax.sharding import Mesh
 
 from jaxeval.errors import JaxevalError
 from jaxeval.mesh import single_device_mesh
+from jaxeval.models import gguf
 from jaxeval.models.checkpoint import CheckpointReader
 from jaxeval.models.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
+from jaxeval.models.gguf_file import GGUFFile
 from jaxeval.models.hf_weights import Source
 from jaxeval.models.params import ParamInfo, is_info, param_layout
 from jaxeval.models.sharding import logical_sharding
@@ -41,13 +47,18 @@ _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "hal
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
 class LoadedModel:
-    """A loaded model: static spec, params on `mesh`, the transformers config, the local path."""
+    """A loaded model: static spec, params on `mesh`, the transformers config, the local path.
+
+    `gguf_file` is the GGUF file the weights came from (None for safetensors); `path` is then the
+    file itself, and the tokenizer is read from it too.
+    """
 
     spec: ModelSpec
     params: Any
     hf_config: Any
     path: str
     mesh: Mesh
+    gguf_file: str | None = None
 
 
 def _dtype_name(name: str | None, raw_config: dict[str, Any], *, what: str) -> str:
@@ -181,6 +192,34 @@ def _load_leaf(
     return jax.make_array_from_callback(info.shape, sharding, callback)
 
 
+def _gguf_float_dtype(f: GGUFFile) -> str:
+    """'auto' for a GGUF file: its half type if it holds only plain floats, else float32."""
+    names = {f.type_name(name) for name in f.tensors}
+    if names <= {"F32", "F16", "BF16"}:
+        return "bfloat16" if "BF16" in names else "float16" if "F16" in names else "float32"
+    return "float32"
+
+
+def _open_checkpoint(
+    pretrained: str, gguf_file: str | None, revision: str | None, trust_remote_code: bool
+) -> tuple[str, dict[str, Any], Any, Any, str | None]:
+    """(path, raw config dict, transformers config, tensor reader, gguf path or None)."""
+    gguf_path = gguf.resolve_gguf_path(pretrained, gguf_file)
+    if gguf_path is not None:
+        f = GGUFFile(gguf_path)
+        hf_config = gguf.load_config(f)
+        _check_supported({"model_type": hf_config.model_type}, gguf_path, trust_remote_code)
+        raw = {"model_type": hf_config.model_type, "dtype": _gguf_float_dtype(f)}
+        return gguf_path, raw, hf_config, gguf.GGUFCheckpoint(f, hf_config), gguf_path
+    path = resolve_path(pretrained, revision)
+    raw = _read_raw_config(path)
+    _check_supported(raw, path, trust_remote_code)
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return path, raw, hf_config, CheckpointReader(path), None
+
+
 def load_model(
     pretrained: str,
     *,
@@ -189,26 +228,26 @@ def load_model(
     compute_dtype: str | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
+    gguf_file: str | None = None,
 ) -> LoadedModel:
-    """Loads a supported HF checkpoint (safetensors) onto `mesh` (one device when None).
+    """Loads a supported HF checkpoint (safetensors, or a GGUF file) onto `mesh` (one device when None).
 
     `dtype` is the storage dtype of the params (float32, bfloat16, float16 or 'auto' = the
-    checkpoint's), `compute_dtype` the activations' dtype (defaults to `dtype`).
+    checkpoint's), `compute_dtype` the activations' dtype (defaults to `dtype`). `gguf_file` names a
+    GGUF file inside the `pretrained` directory (lm-eval's HF argument); `pretrained` may also be
+    the path of a `.gguf` file.
     """
-    path = resolve_path(pretrained, revision)
-    raw = _read_raw_config(path)
-    model_type = _check_supported(raw, path, trust_remote_code)
+    path, raw, hf_config, reader, gguf_path = _open_checkpoint(
+        pretrained, gguf_file, revision, trust_remote_code
+    )
+    model_type = raw["model_type"]
     storage = _dtype_name(dtype, raw, what="dtype")
     compute = _dtype_name(compute_dtype, raw, what="compute_dtype") if compute_dtype else storage
 
-    from transformers import AutoConfig
-
-    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     family = FAMILIES[model_type]
     spec = family.build(hf_config, compute)
     mesh = single_device_mesh() if mesh is None else mesh
 
-    reader = CheckpointReader(path)
     layout = param_layout(spec)
     sources = _resolve_keys(reader, family, family.weights(spec), spec, path)
     if jax.tree.structure(layout, is_leaf=is_info) != jax.tree.structure(
@@ -223,4 +262,6 @@ def load_model(
         return _load_leaf(reader, info, source, sharding, np_dtype, path)
 
     params = jax.tree.map(load, layout, sources, is_leaf=is_info)
-    return LoadedModel(spec=spec, params=params, hf_config=hf_config, path=path, mesh=mesh)
+    return LoadedModel(
+        spec=spec, params=params, hf_config=hf_config, path=path, mesh=mesh, gguf_file=gguf_path
+    )
