@@ -1,4 +1,4 @@
-"""Test-wide setup: 8 fake CPU devices for sharding tests, offline Hugging Face, shared paths."""
+"""Test-wide setup: 8 fake CPU devices for sharding tests, offline Hugging Face, test data root."""
 
 import os
 
@@ -13,18 +13,77 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # its threads can deadlock.
 os.environ.setdefault("LMEVAL_DISABLE_MULTIPROC", "1")
 os.environ.setdefault("DISABLE_MULTIPROC", "1")  # the name lm-eval 0.4.13 metrics.py reads
+# Hermetic: no persistent XLA cache in ~/.cache (tests that need one pass a temporary directory).
+os.environ.setdefault("JAXEVAL_COMPILATION_CACHE", "off")
 
 import pathlib  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SHARED = (REPO.parent / "shared").resolve()
-SHARED_DATA = SHARED / "data"
+# The benchmark rows the tests read: the first rows of each file, in the hub layout
+# (`DIR/<repo>/[<config>/]<split>.jsonl`), copied into the repository by tests/helpers/copy_rows.py.
+TEST_DATA = REPO / "tests" / "data"
+SHARED_DATA = TEST_DATA  # the older name, kept for tests written against it
+
+# A skip whose reason mentions missing data fails the run: the suite must be whole on a fresh clone.
+_MISSING_DATA = ("not found", "no such file", "missing data", "../shared")
+
+
+# Files opened while test modules are imported (under tests/data) or at any time beside the
+# repository (../shared and other siblings): both must stay empty (tests/test_hermetic.py, and
+# pytest_sessionfinish below). Recorded by an audit hook, which sees every open() in this process.
+READ_AT_IMPORT: list[str] = []
+READ_BESIDE_REPO: list[str] = []
+_collecting = [True]
+_DATA_PREFIX = str(TEST_DATA) + os.sep
+_REPO_PREFIX = str(REPO) + os.sep
+_PARENT_PREFIX = str(REPO.parent) + os.sep if REPO.parent != REPO.parent.parent else None
+
+
+def _audit_open(event: str, args: tuple) -> None:
+    if event != "open" or not isinstance(args[0], str):
+        return
+    path = os.path.abspath(args[0])
+    if _collecting[0] and path.startswith(_DATA_PREFIX):
+        READ_AT_IMPORT.append(path)
+    elif _PARENT_PREFIX and path.startswith(_PARENT_PREFIX) and not path.startswith(_REPO_PREFIX):
+        READ_BESIDE_REPO.append(path)
+
+
+sys.addaudithook(_audit_open)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _collecting[0] = False
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if READ_BESIDE_REPO:
+        sys.stderr.write(
+            f"\ntests read files outside the repository: {sorted(set(READ_BESIDE_REPO))[:5]}; copy"
+            " the rows they need into tests/data (tests/helpers/copy_rows.py)\n"
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> pathlib.Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"../shared/data not found at {SHARED_DATA}")
-    return SHARED_DATA
+    """The data root for `--data_dir` and `data_files` (tests/data, inside the repository)."""
+    assert TEST_DATA.is_dir(), f"{TEST_DATA} is part of the repository and must exist"
+    return TEST_DATA
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if any(word in reason.lower() for word in _MISSING_DATA):
+            report.outcome = "failed"
+            report.longrepr = (
+                f"{item.nodeid} was skipped for missing data ({reason}); tests read only the rows"
+                " under tests/data (add them with tests/helpers/copy_rows.py)"
+            )

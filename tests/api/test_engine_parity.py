@@ -1,6 +1,6 @@
 """The task engine against lm-eval's, with the same deterministic fake model on both sides.
 
-For each case, both evaluators build requests from the same real documents (../shared/data); the
+For each case, both evaluators build requests from the same real documents (tests/data); the
 request lists (contexts, continuations, generation kwargs) must be identical, and so must every
 metric value and stderr, since the model's answers are a pure function of the request.
 """
@@ -24,7 +24,7 @@ def _lm_eval_tasks_dir() -> str:
     return os.path.dirname(lm_eval.tasks.__file__)
 
 
-# task -> (lm-eval YAML relative to its tasks dir, {split: file under shared/data}, extra overrides)
+# task -> (lm-eval YAML relative to its tasks dir, {split: file under tests/data}, extra overrides)
 CASES = {
     "arc_easy": ("arc/arc_easy.yaml",
                  {"test": "ai2_arc/ARC-Easy/test.jsonl", "validation": "ai2_arc/ARC-Easy/validation.jsonl"},

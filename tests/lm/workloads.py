@@ -1,4 +1,4 @@
-"""Requests built from real benchmark rows in shared/data, the way lm-eval's task YAMLs build them.
+"""Requests built from real benchmark rows in tests/data, the way lm-eval's task YAMLs build them.
 
 Small on purpose (tests run on 2 CPU cores); each builder returns `(context, continuation)` pairs or,
 for rolling, `(text,)` tuples.
@@ -61,8 +61,9 @@ def mmlu(data: pathlib.Path, n: int, subject: str = "anatomy") -> list[tuple[str
     return out
 
 
-def wikitext_pages(data: pathlib.Path, n: int) -> list[tuple[str]]:
-    """The n shortest wikitext-2 document-level pages (still several 128-token windows each)."""
-    with open(data / "wikitext_document_level/wikitext-2-raw-v1/test.jsonl") as f:
-        pages = [json.loads(line)["page"] for line in f]
-    return [(p,) for p in sorted(pages, key=len)[:n]]
+def wikitext_pages(data: pathlib.Path, n: int, chars: int = 1300) -> list[tuple[str]]:
+    """The first n wikitext-2 document-level pages, each cut after its last line end within
+    `chars` characters (about 300 tokens: still several 128-token windows each)."""
+    with open(data / "wikitext_document_level/wikitext-2-raw-v1/test.jsonl", encoding="utf-8") as f:
+        pages = [json.loads(line)["page"] for _, line in zip(range(n), f)]
+    return [(p[: p.rfind("\n", 0, chars) + 1] or p[:chars],) for p in pages]

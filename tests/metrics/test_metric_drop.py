@@ -1,4 +1,4 @@
-"""DROP EM/F1 equal lm-eval 0.4.13's `tasks/drop/utils.py` on all 294 shared validation docs."""
+"""DROP EM/F1 equal lm-eval 0.4.13's `tasks/drop/utils.py` on every stored validation doc."""
 
 import json
 
@@ -6,16 +6,14 @@ import numpy as np
 import pytest
 
 from jaxeval.metrics import drop
+from tests.helpers.copy_rows import ROWS
 
 lm_drop = pytest.importorskip("lm_eval.tasks.drop.utils")
 
 
 @pytest.fixture(scope="module")
 def docs(shared_data):
-    path = shared_data / "drop/validation.jsonl"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    with path.open() as f:
+    with (shared_data / "drop/validation.jsonl").open(encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
@@ -41,7 +39,7 @@ def _predictions(doc, answers):
 
 
 def test_get_answers_equal_lm_eval(docs):
-    assert len(docs) == 294
+    assert len(docs) == ROWS["drop/validation.jsonl"]
     for doc in docs:
         assert drop.get_answers(doc) == lm_drop.get_answers(doc)
         for answer in [doc["answer"], *drop._validated_answers(doc["validated_answers"])]:
@@ -75,7 +73,7 @@ def test_process_results_equal_lm_eval_on_every_doc(docs):
             )
             rev = list(reversed(gold))
             assert drop.process_results(processed, rev) == lm_drop.process_results(processed, rev)
-    assert checked > 294 * 15
+    assert checked > len(docs) * 15
 
 
 def test_normalize_answer_equals_lm_eval():

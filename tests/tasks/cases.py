@@ -1,11 +1,12 @@
 """The parity cases: each library task, the lm-eval YAML it mirrors, and the local rows it runs on.
 
-Tasks with rows in ../shared/data run on them; the others (TriviaQA, TruthfulQA, OpenBookQA, SciQ)
-run on the few hand-written rows in tests/tasks/data, laid out like the hub.
+Tasks with real benchmark rows in tests/data run on them; the others (TriviaQA, TruthfulQA,
+OpenBookQA, SciQ) run on the few hand-written rows in tests/tasks/data. Both are laid out like the hub.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -17,13 +18,18 @@ SYNTHETIC = Path(__file__).parent / "data"
 
 
 def _gsm8k_gold_of(num_rows: int = 20):
-    """context -> the gold number of the gsm8k test question it ends with (first `num_rows` rows)."""
-    rows = [json.loads(line) for line in (SHARED_DATA / "gsm8k/test.jsonl").open()][:num_rows]
-    table = [(r["question"], r["answer"].split("####")[-1].strip()) for r in rows]
+    """context -> the gold number of the gsm8k test question it ends with (first `num_rows` rows).
+    The rows are read on the first call, never at import."""
+
+    @functools.cache
+    def table() -> list[tuple[str, str]]:
+        with (SHARED_DATA / "gsm8k/test.jsonl").open(encoding="utf-8") as f:
+            rows = [json.loads(line) for _, line in zip(range(num_rows), f)]
+        return [(r["question"], r["answer"].split("####")[-1].strip()) for r in rows]
 
     def gold_of(ctx: str) -> str | None:
         tail = ctx[-2000:]
-        return next((gold for question, gold in table if question in tail), None)
+        return next((gold for question, gold in table() if question in tail), None)
 
     return gold_of
 

@@ -1,6 +1,6 @@
-"""DROP per-document scores against lm-eval's `tasks/drop/utils.py`, on the shared DROP sample.
+"""DROP per-document scores against lm-eval's `tasks/drop/utils.py`, on the stored DROP rows.
 
-Two routes, both over all 294 stored questions:
+Two routes, both over every stored question (the first 100, tests/data/drop):
 * end to end: both evaluators run `drop` with the same DROP-shaped fake generations
   (tests/tasks/fake_lm.py); every document's filtered answer, em and f1 must be identical;
 * direct: answers written from each document's own golds (multi-span joins, articles, thousands
@@ -14,11 +14,12 @@ import os
 
 import pytest
 
+from tests.helpers.copy_rows import ROWS
 from tests.tasks.cases import CASES
 from tests.tasks.oracle import lm_eval_tasks_dir, run_jaxeval, run_lm_eval
 
 pytestmark = pytest.mark.oracle
-NUM_DOCS = 294
+NUM_DOCS = ROWS["drop/validation.jsonl"]
 
 
 def _lm_eval_drop_utils():

@@ -2,7 +2,7 @@
 
 Requests (contexts, continuations, generation kwargs) must be identical, and so must every metric,
 stderr, n-shot, version and the dumped config (helpers compared by name). Tasks with rows in
-../shared/data run on them; the others (TriviaQA, TruthfulQA, OpenBookQA, SciQ) run on the few
+tests/data run on them; the others (TriviaQA, TruthfulQA, OpenBookQA, SciQ) run on the few
 hand-written rows in tests/tasks/data, laid out like the hub.
 """
 
