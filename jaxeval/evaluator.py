@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxeval import preflight
 from jaxeval.api.instance import REQUEST_TYPES, Instance
 from jaxeval.api.task_manager import LoadedTasks, TaskManager
 from jaxeval.errors import JaxevalError
@@ -178,6 +179,15 @@ def evaluate(
     return build_results(accs, groups, bootstrap_iters, log_samples=log_samples)
 
 
+def _reports(model: Any) -> bool:
+    """Whether this process will report (and own the response cache), before the model exists."""
+    if isinstance(model, str):
+        from jaxeval import distributed
+
+        return distributed.is_main_process()
+    return is_main_process(model)
+
+
 def _make_lm(model: Any, model_args: Any, batch_size: Any, max_batch_size: Any, device: Any) -> LM:
     if not isinstance(model, str):
         if not all(hasattr(model, m) for m in REQUEST_TYPES):
@@ -236,20 +246,16 @@ def simple_evaluate(
     if numpy_random_seed is not None:
         np.random.seed(numpy_random_seed)
     if isinstance(gen_kwargs, str):
-        gen_kwargs = parse_model_args(gen_kwargs) or None
+        gen_kwargs = parse_model_args(gen_kwargs, "gen_kwargs") or None
     if task_manager is None:
         meta = parse_model_args(model_args) if isinstance(model_args, str) else dict(model_args or {})
         task_manager = TaskManager(metadata={**meta, **(metadata or {})})
-    loaded = task_manager.load(list(tasks))
-    lm = _make_lm(model, model_args, batch_size, max_batch_size, device)
-    if delete_requests_cache and is_main_process(lm):
-        from jaxeval.api import request_cache
-
-        request_cache.delete_all()
-    if use_cache is not None:
-        from jaxeval.distributed import response_cache
-
-        lm = response_cache(lm, f"{use_cache}_rank{lm.rank}.db")
+    try:
+        loaded = task_manager.load(list(tasks))
+    except JaxevalError as e:
+        if not e.message.startswith("unknown task"):
+            raise
+        raise preflight.explain_unknown_task(e, task_manager) from None
     for task in loaded.tasks.values():
         if task.config.output_type == "generate_until" and gen_kwargs:
             task.set_config(generation_kwargs={**(task.config.generation_kwargs or {}), **gen_kwargs})
@@ -265,6 +271,24 @@ def simple_evaluate(
         elif task.config.num_fewshot is None:
             task.set_config(num_fewshot=0)
         task.set_fewshot_seed(fewshot_random_seed)
+    # Everything checkable without the model is checked before it loads (jaxeval/preflight.py).
+    preflight.check_generation_kwargs(loaded.tasks)
+    preflight.check_tasks(loaded.tasks, limit=limit, samples=samples,
+                          fewshot_seed=fewshot_random_seed)
+    store = None
+    if use_cache is not None and _reports(model):
+        from jaxeval.cache import ResponseStore
+
+        store = ResponseStore(f"{use_cache}_rank{0 if isinstance(model, str) else model.rank}.db")
+    lm = _make_lm(model, model_args, batch_size, max_batch_size, device)
+    if delete_requests_cache and is_main_process(lm):
+        from jaxeval.api import request_cache
+
+        request_cache.delete_all()
+    if use_cache is not None:
+        from jaxeval.distributed import response_cache
+
+        lm = response_cache(lm, store or f"{use_cache}_rank{lm.rank}.db")
     results = evaluate(
         lm, loaded, limit=limit, samples=samples, cache_requests=cache_requests,
         rewrite_requests_cache=rewrite_requests_cache, bootstrap_iters=bootstrap_iters,

@@ -113,7 +113,14 @@ class TaskConfig:
                 raise JaxevalError("generation_kwargs must be a mapping", task=task, file=src, field="generation_kwargs")
             gen = dict(gen)
             if "temperature" in gen:
-                gen["temperature"] = float(gen["temperature"])
+                try:
+                    gen["temperature"] = float(gen["temperature"])
+                except (TypeError, ValueError):
+                    raise JaxevalError(
+                        f"generation_kwargs temperature={gen['temperature']!r} is not a number",
+                        task=task, file=src, field="generation_kwargs.temperature",
+                        hint="give a number such as 0 or 0.7 (in the YAML or in --gen_kwargs)",
+                    ) from None
             if "until" not in gen:
                 gen["until"] = [self.fewshot_delimiter]
         elif self.output_type == "generate_until":

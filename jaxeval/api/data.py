@@ -24,6 +24,39 @@ def local_format(path: str) -> str:
     return _FORMATS[ext]
 
 
+_TEXT_FORMATS = (".json", ".jsonl", ".csv", ".txt")
+
+
+def check_local_file(path: str, *, task: str) -> None:
+    """An empty or non-UTF-8 local text file is named here, before `datasets` turns it into a
+    StopIteration or a decoding traceback deep inside pyarrow."""
+    if not os.path.isfile(path) or not path.lower().endswith(_TEXT_FORMATS):
+        return
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.strip():
+        raise JaxevalError("the data file is empty", task=task, file=path,
+                           hint="fill it with one JSON object per line (or CSV rows), or point "
+                                "the task at the right file")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise JaxevalError(f"the data file is not UTF-8: byte {data[e.start]:#04x} at offset "
+                           f"{e.start} (line {line})", task=task, file=path,
+                           hint="re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+
+
+def _local_paths(files: Any) -> list[str]:
+    if isinstance(files, str):
+        return [files]
+    if isinstance(files, dict):
+        return [p for v in files.values() for p in _local_paths(v)]
+    if isinstance(files, (list, tuple)):
+        return [p for v in files for p in _local_paths(v)]
+    return []
+
+
 def load_task_dataset(
     *,
     task: str,
@@ -48,6 +81,8 @@ def load_task_dataset(
             raise JaxevalError(f"mixed local file formats {sorted(formats)}", task=task, field="data_files")
         path, name = formats.pop(), None
         kwargs = {"data_files": dict(data_files)}
+    for local in _local_paths(kwargs.get("data_files")):
+        check_local_file(local, task=task)
     if not path:
         raise JaxevalError("no dataset_path", task=task, field="dataset_path",
                            hint="set dataset_path (a hub id, or json/csv/parquet with dataset_kwargs.data_files)")

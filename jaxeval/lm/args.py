@@ -36,7 +36,8 @@ def typed_value(text: str) -> Any:
     return value if isinstance(value, (list, tuple, dict)) else text
 
 
-def parse_model_args(arg_string: str | dict | None) -> dict[str, Any]:
+def parse_model_args(arg_string: str | dict | None, flag: str = "model_args") -> dict[str, Any]:
+    """`k=v,...` or a JSON object -> typed dict; errors name `--{flag}` (model_args, gen_kwargs)."""
     if not arg_string:
         return {}
     if isinstance(arg_string, dict):
@@ -46,16 +47,17 @@ def parse_model_args(arg_string: str | dict | None) -> dict[str, Any]:
         try:
             return dict(json.loads(text))
         except json.JSONDecodeError as e:
-            raise JaxevalError(f"--model_args is not valid JSON: {e}", field="model_args") from None
+            raise JaxevalError(f"--{flag} is not valid JSON: {e}", field=flag) from None
     out: dict[str, Any] = {}
     for part in text.split(","):
         if not part.strip():
             continue
         if "=" not in part:
             raise JaxevalError(
-                f"--model_args entry {part!r} has no '='",
-                field="model_args",
-                hint="write key=value pairs separated by commas, e.g. pretrained=DIR,dtype=float32",
+                f"--{flag} entry {part!r} has no '='",
+                field=flag,
+                hint="write key=value pairs separated by commas, e.g. "
+                + ("temperature=0,max_gen_toks=64" if flag == "gen_kwargs" else "pretrained=DIR,dtype=float32"),
             )
         key, value = part.split("=", 1)
         out[key.strip()] = typed_value(value.strip())

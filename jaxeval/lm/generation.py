@@ -262,7 +262,10 @@ class Generator:
 
     # ---- running --------------------------------------------------------------------------
     def _run(
-        self, plan: list[PlannedBatch], on_batch: Callable[[int, int], None]
+        self,
+        plan: list[PlannedBatch],
+        on_batch: Callable[[int, int], None],
+        on_result: Callable[[PlannedBatch, GenerateResult], None] | None = None,
     ) -> list[tuple[PlannedBatch, GenerateResult]]:
         seed = put_global(np.int32(self.seed), self.replicated)
         pending, done = [], []
@@ -271,6 +274,8 @@ class Generator:
             pb, out = item
             res = GenerateResult(*to_host(tuple(out)))
             done.append((pb, res))
+            if on_result is not None:
+                on_result(pb, res)
             on_batch(int((pb.rows >= 0).sum()), int(res.length.sum()))
 
         for pb in plan:
@@ -284,9 +289,13 @@ class Generator:
         return done
 
     def run_prompts(
-        self, prompts: Sequence[Prompt], on_batch: Callable[[int, int], None] | None = None
+        self,
+        prompts: Sequence[Prompt],
+        on_batch: Callable[[int, int], None] | None = None,
+        on_rows: Callable[[list[tuple[int, list[int], int]]], None] | None = None,
     ) -> dict[int, tuple[list[int], int]]:
-        """Generates every copy of every prompt: request position -> (token ids, end reason)."""
+        """Generates every copy of every prompt: request position -> (token ids, end reason).
+        `on_rows` receives each batch's [(position, token ids, end reason)] as it finishes."""
         plan = plan_batches(
             prompts,
             batch_size=self.batch_size,
@@ -298,7 +307,14 @@ class Generator:
         out: dict[int, tuple[list[int], int]] = {}
         steps = 0
         reasons = [0, 0, 0]
-        for pb, res in self._run(plan, on_batch or (lambda n, t: None)):
+
+        def batch_rows(pb: PlannedBatch, res: GenerateResult) -> None:
+            if on_rows is not None:
+                rows = [(int(pos), res.tokens[r, : res.length[r]].tolist(), int(res.reason[r]))
+                        for r, pos in enumerate(pb.rows) if pos >= 0]
+                on_rows(rows)
+
+        for pb, res in self._run(plan, on_batch or (lambda n, t: None), batch_rows):
             steps += int(res.steps)
             for r, pos in enumerate(pb.rows):
                 if pos < 0:
@@ -330,8 +346,11 @@ class Generator:
         *,
         same: Sequence[int] | None = None,
         disable_tqdm: bool = False,
+        on_answers: Callable[[list[int], list[str]], None] | None = None,
     ) -> list[str]:
-        """(context, gen_kwargs) per request -> generated text per request, in order."""
+        """(context, gen_kwargs) per request -> generated text per request, in order.
+        `on_answers(positions, texts)` gets each batch's final texts as the batch finishes (a text
+        that still needs the host-side stop-string retry comes after the retry)."""
         if not requests:
             return []
         start = time.perf_counter()
@@ -353,7 +372,17 @@ class Generator:
             elapsed = max(1e-9, time.perf_counter() - counts["t0"])
             bar.set_postfix(gen_tok_s=f"{counts['tokens'] / elapsed:.0f}")
 
-        rows = self.run_prompts(prompts, on_batch)
+        def answered(rows: list[tuple[int, list[int], int]]) -> None:
+            final = []
+            for pos, toks, reason in rows:
+                text = self.tokenizer.decode(toks, skip_special_tokens=True)
+                until = by_output[pos].settings.until
+                if not (reason == STOP_STRING and not contains_stop(text, until)):
+                    final.append((pos, cut_at_stops(text, until)))
+            if final:
+                on_answers([p for p, _ in final], [t for _, t in final])
+
+        rows = self.run_prompts(prompts, on_batch, answered if on_answers is not None else None)
         texts: list[str] = [""] * len(requests)
         retry: dict[int, Prompt] = {}
         for pos, (toks, reason) in rows.items():
@@ -375,9 +404,12 @@ class Generator:
                 )
                 for pr in retry.values()
             ]
-            for pos, (toks, _) in self.run_prompts(redo).items():
+            redone = self.run_prompts(redo).items()
+            for pos, (toks, _) in redone:
                 text = self.tokenizer.decode(toks, skip_special_tokens=True)
                 texts[pos] = cut_at_stops(text, by_output[pos].settings.until)
+            if on_answers is not None:
+                on_answers([pos for pos, _ in redone], [texts[pos] for pos, _ in redone])
         bar.close()
         self.stats.update(
             requests=len(requests),
@@ -426,6 +458,7 @@ def generate_until(
     eot_token_id: int | None = None,
     seed: int = DEFAULT_SEED,
     disable_tqdm: bool = False,
+    on_answers: Callable[[list[int], list[str]], None] | None = None,
 ) -> list[str]:
     """lm-eval's `generate_until` for a `LoadedModel`; the compiled Generator is cached per model.
 
@@ -448,4 +481,4 @@ def generate_until(
         )
         per_model[key] = gen
     pairs, same = request_pairs(requests)
-    return gen.generate_until(pairs, same=same, disable_tqdm=disable_tqdm)
+    return gen.generate_until(pairs, same=same, disable_tqdm=disable_tqdm, on_answers=on_answers)

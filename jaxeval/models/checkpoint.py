@@ -45,9 +45,22 @@ class _File:
 
     def __init__(self, path: str):
         self.path = path
+        size = os.path.getsize(path)
         with open(path, "rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(n))
+            head = f.read(8)
+            n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            try:
+                if not 0 < n <= size - 8:
+                    raise ValueError(f"header length {n} does not fit a {size}-byte file")
+                header = json.loads(f.read(n))
+                if not isinstance(header, dict):
+                    raise ValueError("the header is not a JSON object")
+            except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+                raise JaxevalError(
+                    f"the safetensors header is unreadable ({e}): the file is truncated or corrupt",
+                    file=path,
+                    hint="download the weights again (compare the file size with the source)",
+                ) from None
         self.metadata = header.pop("__metadata__", None) or {}
         self.entries = header
         self.data_start = 8 + n
