@@ -28,6 +28,7 @@ _NOT_METRIC_KWARGS = ("metric", "aggregation", "higher_is_better", "hf_evaluate"
 def resolve_metrics(config: TaskConfig) -> tuple[dict, dict, dict, dict]:
     """(metric fns, metric kwargs, aggregation fns, higher_is_better) keyed by metric name."""
     from jaxeval.metrics import AGGREGATIONS, DEFAULT_METRICS, METRICS
+    from jaxeval.metrics.hf_evaluate import HF_EVALUATE, missing_message
 
     fns: dict[str, Callable | None] = {}
     kwargs: dict[str, dict] = {}
@@ -54,6 +55,11 @@ def resolve_metrics(config: TaskConfig) -> tuple[dict, dict, dict, dict]:
             registered = None
         elif config.process_results is not None:
             fn, registered = None, METRICS.get(name) if name in METRICS else None
+        elif entry.get("hf_evaluate") is True or (name not in METRICS and name in HF_EVALUATE):
+            # lm-eval takes these from HF `evaluate`; ours are local (jaxeval/metrics/hf_evaluate.py)
+            if name not in HF_EVALUATE:
+                raise JaxevalError(missing_message(name), task=task, file=src, field="metric_list")
+            fn, registered = HF_EVALUATE.get(name), None
         else:
             registered = lookup(name)
             fn = registered.fn

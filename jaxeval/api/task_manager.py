@@ -224,6 +224,16 @@ class TaskManager:
         return self._build_task(entry, overrides)
 
     def _build_task(self, entry: Entry, overrides: dict | None) -> Task:
+        config = self.task_config(entry, overrides)
+        return Task(config, data_files=self._local_files(config))
+
+    def task_config(self, entry: Entry | str, overrides: dict | None = None) -> TaskConfig:
+        """The task's frozen config, helpers imported, without touching its data."""
+        if isinstance(entry, str):
+            if entry not in self.index or self.index[entry].kind is not Kind.TASK:
+                raise JaxevalError(f"'{entry}' is not a task", field="tasks",
+                                   hint=self._unknown_hint(entry))
+            entry = self.index[entry]
         try:
             cfg = self._full_config(entry, overrides)
         except JaxevalError as e:
@@ -236,9 +246,8 @@ class TaskManager:
         for key in ("tag", "group", "task_list"):
             cfg.pop(key, None)
         if "class" in cfg:
-            return self._build_python_task(entry, cfg)
-        config = TaskConfig.from_dict(cfg, source=str(entry.yaml_path) if entry.yaml_path else None)
-        return Task(config, data_files=self._local_files(config))
+            self._refuse_python_task(entry, cfg)
+        return TaskConfig.from_dict(cfg, source=str(entry.yaml_path) if entry.yaml_path else None)
 
     def _extra_for(self, entry: Entry) -> str | None:
         """The jaxeval extra that brings a catalogue task's Python dependencies."""
@@ -247,7 +256,7 @@ class TaskManager:
         top = Path(entry.yaml_path).relative_to(self.catalogue_dir).parts[0]
         return "jaxeval[leaderboard]" if top == "leaderboard" else "jaxeval[tasks]"
 
-    def _build_python_task(self, entry: Entry, cfg: dict) -> Task:
+    def _refuse_python_task(self, entry: Entry, cfg: dict) -> None:
         """lm-eval's `class:` tasks define their prompts and scoring in Python methods."""
         cls = cfg["class"]
         name = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls)}"

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from jaxeval.api import compat
 from jaxeval.errors import JaxevalError
 
 TASK_PACKAGES = ("jaxeval.tasks", "lm_eval.tasks")
@@ -84,6 +85,11 @@ def _load_module(path: Path) -> Any:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except ModuleNotFoundError as e:
+        sys.modules.pop(name, None)
+        if compat.install(e.name):  # a module newer libraries dropped: serve our stand-in, retry
+            return _load_module(path)
+        raise
     except BaseException:
         # A half-run module must not be found next time (it would lack the names after the failure).
         sys.modules.pop(name, None)
@@ -111,7 +117,9 @@ def resolve_function(qualname: str, base_dir: Path, *, source: Path) -> Any:
     mod_path, _, fn_name = qualname.rpartition(".")
     if not mod_path:
         raise JaxevalError(
-            f"{tag} has no module part", file=str(source), field="!function",
+            f"{tag} has no module part",
+            file=str(source),
+            field="!function",
             hint="write !function module.function_name, e.g. !function utils.process_docs",
         )
     local = (base_dir / f"{mod_path.replace('.', '/')}.py").resolve()
@@ -120,31 +128,49 @@ def resolve_function(qualname: str, base_dir: Path, *, source: Path) -> Any:
         raise JaxevalError(
             f"{tag}: module '{mod_path}' is not beside the YAML ({local} does not exist) and not in "
             f"an installed task package ({', '.join(TASK_PACKAGES)}); nothing else may be called",
-            file=str(source), field="!function",
+            file=str(source),
+            field="!function",
             hint=f"put {mod_path.replace('.', '/')}.py next to the YAML file",
         )
     try:
         module = _load_module(local) if local.exists() else importlib.import_module(mod_path)
     except ImportError as e:
         missing = getattr(e, "name", None)
-        hint = (f"pip install the package that provides '{missing}'" if missing
-                else "check the module's imports")
-        raise JaxevalError(f"{tag}: cannot import module '{mod_path}' ({e})", file=str(source),
-                           field="!function", hint=hint) from None
+        hint = (
+            f"pip install the package that provides '{missing}'"
+            if missing
+            else "check the module's imports"
+        )
+        raise JaxevalError(
+            f"{tag}: cannot import module '{mod_path}' ({e})",
+            file=str(source),
+            field="!function",
+            hint=hint,
+        ) from None
     except Exception as e:  # the helper module itself failed while running its top level
-        raise JaxevalError(f"{tag}: module '{mod_path}' failed to load ({type(e).__name__}: {e})",
-                           file=str(source), field="!function") from None
+        raise JaxevalError(
+            f"{tag}: module '{mod_path}' failed to load ({type(e).__name__}: {e})",
+            file=str(source),
+            field="!function",
+        ) from None
     except SystemExit as e:
-        raise JaxevalError(f"{tag}: module '{mod_path}' exited while loading ({e})",
-                           file=str(source), field="!function") from None
+        raise JaxevalError(
+            f"{tag}: module '{mod_path}' exited while loading ({e})",
+            file=str(source),
+            field="!function",
+        ) from None
     if not hasattr(module, fn_name):
-        raise JaxevalError(f"{tag}: module '{mod_path}' has no function '{fn_name}'",
-                           file=str(source), field="!function")
+        raise JaxevalError(
+            f"{tag}: module '{mod_path}' has no function '{fn_name}'",
+            file=str(source),
+            field="!function",
+        )
     obj = getattr(module, fn_name)
     if not _defined_in(obj, module):
         raise JaxevalError(
             f"{tag}: '{fn_name}' is not a function, class or filter defined in module '{mod_path}'",
-            file=str(source), field="!function",
+            file=str(source),
+            field="!function",
             hint="define the function in the helper module itself (imports are not callable from YAML)",
         )
     return obj
@@ -209,8 +235,9 @@ def load_yaml(
     merged: dict = {}
     for inc in includes if isinstance(includes, list) else [includes]:
         inc_path = Path(inc) if Path(inc).is_absolute() else path.parent / inc
-        inc_cfg = load_yaml(inc_path, resolve_functions=resolve_functions, memo=memo,
-                            _seen=(*_seen, path))
+        inc_cfg = load_yaml(
+            inc_path, resolve_functions=resolve_functions, memo=memo, _seen=(*_seen, path)
+        )
         inc_cfg.pop("task_list", None)
         merged.update(inc_cfg)
     merged.update(cfg)

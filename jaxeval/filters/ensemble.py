@@ -10,6 +10,14 @@ An ensemble chains its filters and stores the result per instance under its name
 Filters hold no state, so each application starts afresh, as lm-eval's fresh filter objects do.
 The task YAML form `filter_list: [{name, filter: [{function, **kwargs}, ...]}]` maps onto
 `build_filter_ensemble(name, [(function, kwargs), ...])`, which checks names and keywords up front.
+
+A step may also be a filter class from a task's helper module (lm-eval's `Filter` protocol), as
+lm-eval's catalogue uses it: `function: !function utils.MultiChoiceRegexFilter` plus keywords. The
+class is constructed afresh with the keywords for every application, and `obj.apply(resps, docs)`
+returns one value per instance:
+
+    bbh_cot_zeroshot "flexible-extract" = [(utils.MultiChoiceRegexFilter, {"group_select": 0, ...}),
+                                           ("take_first", {})]
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -73,8 +82,29 @@ _VALUE_CHECKS: dict[str, Callable[[Any], str | None]] = {
 }
 
 
-def check_filter_kwargs(pipeline: str, name: str, kwargs: Mapping[str, Any]) -> None:
+def _step_name(step: str | Callable) -> str:
+    return step if isinstance(step, str) else getattr(step, "__qualname__", repr(step))
+
+
+def check_filter_class(pipeline: str, cls: Callable, kwargs: Mapping[str, Any]) -> None:
+    """A filter class must accept its keywords and give an object with `apply(resps, docs)`."""
+    field = f"filter_list[{pipeline}]"
+    name = f"{getattr(cls, '__module__', '?')}.{_step_name(cls)}"
+    try:
+        obj = cls(**kwargs)
+    except TypeError as e:
+        raise JaxevalError(f"filter class {name} does not accept {dict(kwargs)} ({e})",
+                           field=field) from None
+    if not callable(getattr(obj, "apply", None)):
+        raise JaxevalError(f"filter {name} has no apply(resps, docs) method", field=field,
+                           hint="a filter class follows lm-eval's Filter protocol")
+
+
+def check_filter_kwargs(pipeline: str, name: str | Callable, kwargs: Mapping[str, Any]) -> None:
     """Raise `JaxevalError` if `name` is unknown or `kwargs` don't fit its signature and types."""
+    if not isinstance(name, str):
+        check_filter_class(pipeline, name, kwargs)
+        return
     field = f"filter_list[{pipeline}]"
     if name not in FILTERS:
         raise JaxevalError(FILTERS.miss_message(name), field=field)
@@ -101,7 +131,7 @@ class FilterEnsemble:
     """A named chain of `(filter name, kwargs)` steps applied over all of a task's instances."""
 
     name: str
-    filters: tuple[tuple[str, Mapping[str, Any]], ...]
+    filters: tuple[tuple[str | Callable, Mapping[str, Any]], ...]
 
     def apply(self, instances: list[Instance]) -> None:
         """Run the chain over `[inst.resps ...]` and set `inst.filtered_resps[self.name]`."""
@@ -110,7 +140,10 @@ class FilterEnsemble:
         resps: Any = [inst.resps for inst in instances]
         docs = [inst.doc for inst in instances]
         for fname, kwargs in self.filters:
-            resps = list(FILTERS.get(fname)(resps, docs, **kwargs))
+            if isinstance(fname, str):
+                resps = list(FILTERS.get(fname)(resps, docs, **kwargs))
+            else:  # a filter class: a fresh object per application, as lm-eval does
+                resps = list(fname(**kwargs).apply(resps, docs))
         if len(resps) != len(instances):
             raise JaxevalError(
                 f"filter pipeline '{self.name}' returned {len(resps)} results for "
@@ -121,13 +154,30 @@ class FilterEnsemble:
             inst.filtered_resps[self.name] = filtered
 
 
+def lm_eval_registered_filter(name: str) -> Callable | None:
+    """A filter class that a catalogue helper registered in lm-eval's own registry, by name.
+
+    Helpers such as acpbench's `acp_utils.py` run `@register_filter("ACP_grammar_filter")` when
+    their YAML's `!function` tags import them; the YAML then names the filter. Only consulted once
+    lm-eval is loaded (never imported for our own tasks)."""
+    if "lm_eval.api.registry" not in sys.modules:
+        return None
+    registry = sys.modules["lm_eval.api.registry"]
+    try:
+        return registry.filter_registry.get(name)
+    except (KeyError, AttributeError):
+        return None
+
+
 def build_filter_ensemble(
-    name: str, components: Sequence[tuple[str, Mapping[str, Any] | None]]
+    name: str, components: Sequence[tuple[str | Callable, Mapping[str, Any] | None]]
 ) -> FilterEnsemble:
     """Check each `(filter name, kwargs or None)` step and return the pipeline."""
     steps = []
     for fname, kwargs in components:
         kwargs = dict(kwargs or {})
+        if isinstance(fname, str) and fname not in FILTERS:
+            fname = lm_eval_registered_filter(fname) or fname
         check_filter_kwargs(name, fname, kwargs)
         steps.append((fname, kwargs))
     return FilterEnsemble(name=name, filters=tuple(steps))
