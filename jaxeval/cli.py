@@ -36,17 +36,7 @@ def _limit(text: str) -> float:
 
 
 def _batch_size(text: str) -> str | int:
-    if text == "auto":
-        return text
-    if text.startswith("auto:"):
-        try:
-            ok = int(text[5:]) >= 1
-        except ValueError:
-            ok = False
-        if not ok:
-            raise argparse.ArgumentTypeError(
-                f"--batch_size {text!r}: in 'auto:N', N is how many times to re-estimate the batch "
-                "size and must be a positive integer (e.g. auto:4)")
+    if text == "auto" or text.startswith("auto:"):
         return text
     try:
         value = int(text)
@@ -116,6 +106,9 @@ def run_parser() -> argparse.ArgumentParser:
     a("--confirm_run_unsafe_code", action="store_true")
     a("--metadata", default=None, help="JSON merged into every task's metadata")
     a("--bootstrap_iters", type=int, default=100000)
+    a("--compilation_cache", default=None,
+      help="directory of JAX's persistent compilation cache, or 'off' (default: "
+           "$JAXEVAL_COMPILATION_CACHE, else ~/.cache/jaxeval/xla)")
     a("--distributed", action="store_true",
       help="join a multi-process run (jax.distributed; JAXEVAL_COORDINATOR etc. or auto-detected); "
            "implied when JAXEVAL_COORDINATOR is set")
@@ -188,12 +181,13 @@ def cmd_run(argv: list[str]) -> int:
     from jaxeval.evaluator import simple_evaluate
     from jaxeval.lm.args import parse_model_args
     from jaxeval.output import make_table, save_results
-    from jaxeval.preflight import check_output_path
 
     args = run_parser().parse_args(argv)
     _apply_config_file(args, argv)
     _reject_unsupported(args)
     _select_device(args.device)
+    if args.compilation_cache is not None:  # read by jaxeval.compile_cache when the model loads
+        os.environ["JAXEVAL_COMPILATION_CACHE"] = args.compilation_cache
     main_process = True
     if args.distributed or distributed.requested_by_env():
         distributed.initialize()  # before anything touches JAX devices
@@ -221,8 +215,6 @@ def cmd_run(argv: list[str]) -> int:
     meta = {**parse_model_args(args.model_args), **(metadata or {})}
     tm = TaskManager(args.include_path, metadata=meta, data_dir=args.data_dir)
     samples = _parse_samples(args.samples)
-    if main_process:  # before the model loads: a run must not fail only when it saves
-        check_output_path(args.output_path)
     if args.check_integrity and main_process:
         _validate(tm, task_list)
     start = time.time()

@@ -24,6 +24,8 @@ from jaxeval.errors import JaxevalError
 DEFAULT_TOKEN_BUDGET = 16384
 DEFAULT_MIN_LENGTH = 256
 DEFAULT_POINT_FRACTIONS = (0.125, 1.0)
+FIT_MIN_LENGTH = 32
+FIT_POINT_FRACTIONS = (0.125, 0.5, 1.0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, order=True)
@@ -49,13 +51,23 @@ class Bucket:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BucketSet:
-    """A sorted, validated, finite set of buckets."""
+    """A sorted, validated, finite set of buckets.
+
+    `fit_rows=True` (the default grid, `fitted_buckets`) lets the planner cut a bucket's last batch
+    into power-of-two row counts (multiples of `row_multiple`) instead of padding it to `rows`, and
+    pack rows to a length chosen from the work (`jaxeval.lm.shaping`); explicit bucket lists keep
+    exactly their shapes.
+    """
 
     buckets: tuple[Bucket, ...]
+    fit_rows: bool = False
+    row_multiple: int = 1
 
     def __post_init__(self) -> None:
         if not self.buckets:
             raise ValueError("a BucketSet needs at least one bucket")
+        if self.row_multiple < 1:
+            raise ValueError(f"row_multiple must be >= 1, got {self.row_multiple}")
         shapes = [(b.length, b.points) for b in self.buckets]
         if shapes != sorted(set(shapes)):
             raise ValueError(f"buckets must be sorted by (T, K) and unique: {shapes}")
@@ -140,7 +152,64 @@ def make_buckets(
         buckets=tuple(
             Bucket(length=t, points=k, rows=_round_rows(token_budget, t, row_multiple))
             for t, k in sorted(shapes)
-        )
+        ),
+        row_multiple=row_multiple,
+    )
+
+
+def grid_lengths(max_length: int, *, min_length: int = FIT_MIN_LENGTH, steps: int = 4) -> list[int]:
+    """Row lengths `steps` per octave from `min_length` up to max_length (rounded up to 8).
+
+        grid_lengths(1000)  -> [32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384,
+                                448, 512, 640, 768, 896, 1000]   (1000 is max_length rounded to 8)
+
+    A row holding one unit of n tokens then wastes under 1/5 of its length (n = 1.25 * 2^k + 1 goes
+    to 1.5 * 2^k); packing fills most of that.
+    """
+    top = -(-max_length // 8) * 8
+    out = set()
+    base = min_length
+    while base < top:
+        for q in range(steps, 2 * steps):
+            t = base * q // steps
+            if t < top:
+                out.add(-(-t // 8) * 8)
+        base *= 2
+    out.add(top)
+    return sorted(out)
+
+
+def fitted_buckets(
+    *,
+    max_length: int,
+    token_budget: int,
+    row_multiple: int = 1,
+    point_fractions: Sequence[float] = FIT_POINT_FRACTIONS,
+    min_length: int = FIT_MIN_LENGTH,
+) -> BucketSet:
+    """The default grid: `grid_lengths` x point fractions, rows fitted to the work (`fit_rows`).
+
+    The grid is large (about 4 lengths per octave x 3 point counts) but nothing compiles until a
+    plan uses a shape, and plans use few (`jaxeval.lm.shaping` merges rare shapes away while
+    padding efficiency stays above its floor).
+
+        fitted_buckets(max_length=8192, token_budget=8192)
+        -> (T=32, K=8, B=256), (T=32, K=16, B=256), (T=32, K=32, B=256), (T=40, K=8, B=204), ...,
+           (T=8192, K=1024, B=1), (T=8192, K=4096, B=1), (T=8192, K=8192, B=1)
+    """
+    if max_length < 1:
+        raise JaxevalError(f"max_length must be positive, got {max_length}", field="max_length")
+    shapes = set()
+    for t in grid_lengths(max_length, min_length=min_length):
+        for f in point_fractions:
+            shapes.add((t, max(8, min(t, int(round(t * f))))))
+    return BucketSet(
+        buckets=tuple(
+            Bucket(length=t, points=k, rows=_round_rows(token_budget, t, row_multiple))
+            for t, k in sorted(shapes)
+        ),
+        fit_rows=True,
+        row_multiple=row_multiple,
     )
 
 
@@ -152,7 +221,13 @@ def parse_buckets(
     if isinstance(spec, BucketSet):
         return spec
     if spec is None:
-        return make_buckets(**kwargs)
+        return fitted_buckets(
+            **{
+                k: v
+                for k, v in kwargs.items()
+                if k in ("max_length", "token_budget", "row_multiple")
+            }
+        )
     if isinstance(spec, str):
         try:
             spec = [int(x) for x in spec.replace(";", ",").replace(" ", ",").split(",") if x]
@@ -175,6 +250,7 @@ def parse_buckets(
         return BucketSet(
             buckets=tuple(
                 Bucket(length=t, points=k, rows=_round_rows(budget, t, multiple)) for t, k in pairs
-            )
+            ),
+            row_multiple=multiple,
         )
     return make_buckets(lengths=[int(x) for x in items], **kwargs)

@@ -227,9 +227,11 @@ class Encoder:
                 tuple(sorted(self._special_kwargs(s, add_special_tokens).items())), []
             ).append(i)
         for key, idx in groups.items():
-            encoded = self.tokenizer([strings[i] for i in idx], **dict(key))["input_ids"]
-            for i, ids in zip(idx, encoded):
-                out[i] = list(ids)
+            distinct = list(dict.fromkeys(strings[i] for i in idx))  # MC contexts repeat per choice
+            encoded = self.tokenizer(distinct, **dict(key))["input_ids"]
+            by_string = dict(zip(distinct, encoded))
+            for i in idx:
+                out[i] = list(by_string[strings[i]])
         return out  # type: ignore[return-value]
 
     def encode_pair(self, context: str, continuation: str) -> tuple[Tokens, Tokens]:

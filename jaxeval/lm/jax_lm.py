@@ -8,8 +8,12 @@
 
 Requests are encoded exactly as lm-eval's HF backend encodes them (`jaxeval.lm.encoding`), planned
 into packed fixed-shape batches on the host (`jaxeval.lm.planner`), and scored by one compiled
-kernel per bucket (`jaxeval.lm.scorer`). `batch_size` keeps its lm-eval spelling but sizes a token
-budget (rows x length per batch), since rows are packed: `batch_size * max_length` tokens.
+kernel per batch shape, compiled when a plan first uses it (`jaxeval.lm.scorer`) and kept in JAX's
+persistent compilation cache (`jaxeval.compile_cache`). `batch_size` keeps its lm-eval spelling
+(`N`, `auto`, `auto:N`) but does not set the scoring batches: rows are packed, so a batch holds a
+token budget (`token_budget`, default `auto_token_budget`: from the model's width and the device's
+memory, never from max_length), and each bucket's last batch is cut to the rows it has. For
+generation, N sets the rows per batch (at least 16).
 
 Several JAX processes (`jaxeval.distributed`) form ONE logical evaluator: `rank` 0 and
 `world_size` 1 on every process (documents are never strided), the mesh spans every process's
@@ -20,14 +24,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from jaxeval import distributed
+from jaxeval import compile_cache, distributed
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.base import LM, MODELS
 from jaxeval.lm.buckets import BucketSet, parse_buckets
@@ -38,6 +42,9 @@ from jaxeval.lm.scorer import Scorer, batch_shards
 DEFAULT_CPU_TOKEN_BUDGET = 8192
 _MIN_AUTO_BUDGET = 1024
 _MAX_AUTO_BUDGET = 1 << 20
+_SUMMED_STATS = ("requests", "real_tokens", "computed_tokens", "batches", "compilations")
+_SUMMED_STATS += ("computed_points", "cache_hits", "compile_s", "plan_s", "run_s")
+_ATTENTION_KEYS = 512  # keys per query row held at once (dense rows < 512, blocks of <= 512)
 
 # HFLM arguments accepted for command-line compatibility that change nothing here.
 _IGNORED_HF_ARGS = (
@@ -71,12 +78,15 @@ def _parse_batch_size(batch_size: int | str) -> int | str:
 
 
 def auto_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int) -> int:
-    """A token budget from the first device's free memory (`memory_stats`); a fixed default on CPU.
+    """A token budget from the model's width and the first device's free memory.
 
     Per token the layer body keeps roughly 12 D + 3 F activations plus H attention scores per key of
-    its row (float32 estimate, x2 for temporaries); half the free memory goes to activations. The
-    result is a power of two in [1024, max_batch_size * max_length]. With several processes the
-    smallest of their budgets is used, so that all of them plan the same batches.
+    a block (512 keys: rows of 512 and more attend block by block; float32 estimate, x2 for
+    temporaries). On accelerators half the free memory (`memory_stats`) goes to activations; on CPU
+    a quarter of the available host memory, and at most 8192 tokens (CPU throughput is flat past a
+    few thousand tokens per call). The result is a power of two, at least 1024, at most
+    max_batch_size * max_length. With several processes the smallest of their budgets is used, so
+    that all of them plan the same batches.
     """
     return distributed.agree_min(_local_token_budget(spec, mesh, max_length, max_batch_size))
 
@@ -91,43 +101,25 @@ def _local_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: i
     except Exception:  # CPU backends raise or return None
         stats = None
     cap = max(max_length, max_batch_size * max_length)
-    if not stats or "bytes_limit" not in stats:
-        return min(cap, max(DEFAULT_CPU_TOKEN_BUDGET, max_length))
-    free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
     d = getattr(spec, "hidden_size", 4096)
     f = getattr(spec, "intermediate_size", 4 * d)
     h = getattr(spec, "num_heads", 32)
-    per_token = 2 * 4 * (12 * d + 3 * f + h * max_length)
-    budget = int(0.5 * free / per_token) * batch_shards(mesh)
+    per_token = 2 * 4 * (12 * d + 3 * f + h * min(max_length, _ATTENTION_KEYS))
+    if not stats or "bytes_limit" not in stats:
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            free = 8 << 30
+        budget = min(DEFAULT_CPU_TOKEN_BUDGET, int(0.25 * free / per_token))
+    else:
+        free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+        budget = min(_MAX_AUTO_BUDGET, int(0.5 * free / per_token) * batch_shards(mesh))
     budget = 1 << max(0, budget.bit_length() - 1)
-    return int(min(cap, _MAX_AUTO_BUDGET, max(_MIN_AUTO_BUDGET, max_length, budget)))
-
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
-
-
-def check_tokenizer_files(where: Any) -> None:
-    """A local checkpoint directory must hold a tokenizer; transformers would otherwise try to
-    convert a slow tokenizer and ask for sentencepiece, which misleads."""
-    if not isinstance(where, str) or not os.path.isdir(where):
-        return
-    names = os.listdir(where)
-    if not any(n in _TOKENIZER_FILES or n.endswith(".tiktoken") for n in names):
-        raise JaxevalError(
-            f"no tokenizer files in the directory (looked for {', '.join(_TOKENIZER_FILES)})",
-            file=where,
-            field="tokenizer",
-            hint="copy the model's tokenizer files beside its weights, or pass tokenizer=DIR in "
-            "--model_args",
-        )
+    return int(min(cap, max(_MIN_AUTO_BUDGET, budget)))
 
 
 class JaxLM(LM):
     """A JAX model behind lm-eval's three request methods (generation: issue #5)."""
-
-    # Set by the response cache (`jaxeval.cache`) around one request-method call: receives
-    # (positions in that call's request list, their answers) as each kernel batch finishes.
-    answer_hook: Callable[[list[int], list[Any]], None] | None = None
 
     def __init__(
         self,
@@ -153,6 +145,7 @@ class JaxLM(LM):
         vocab_chunk: int | None = None,
         gen_batch_size: int | None = None,
         seed: int = 1234,
+        compilation_cache: str | None = None,
         **kwargs: Any,
     ):
         unknown = sorted(set(kwargs) - set(_IGNORED_HF_ARGS))
@@ -162,7 +155,8 @@ class JaxLM(LM):
                 field="model_args",
                 hint="known: pretrained, dtype, batch_size, max_batch_size, max_length, add_bos_token, "
                 "prefix_token_id, trust_remote_code, revision, tokenizer, mesh, token_budget, buckets, "
-                "packing, shared_context, vocab_chunk, gen_batch_size, seed",
+                "packing, shared_context, vocab_chunk, gen_batch_size, seed, "
+                "compilation_cache",
             )
         if pretrained is None:
             raise JaxevalError(
@@ -178,6 +172,8 @@ class JaxLM(LM):
             )
         from jaxeval.mesh import make_mesh, spans_all_processes
         from jaxeval.models import LoadedModel, load_model
+
+        self.compilation_cache = compile_cache.enable(compilation_cache)
 
         if isinstance(mesh, str) or mesh is None:
             mesh = make_mesh(mesh or ("data" if len(jax.devices()) > 1 else "single"))
@@ -225,15 +221,10 @@ class JaxLM(LM):
             self.max_batch_size if self.batch_size == "auto" or not isinstance(self.batch_size, int)
             else max(self.batch_size, GEN_MIN_BATCH))
         self.seed = int(seed)
-        if token_budget is None:
-            if self.batch_size == "auto":
-                token_budget = auto_token_budget(
-                    self.loaded.spec, mesh, self._max_length, self.max_batch_size
-                )
-            else:
-                token_budget = max(
-                    self.batch_size * self._max_length, DEFAULT_CPU_TOKEN_BUDGET // 4
-                )
+        if token_budget is None:  # the same for N, auto and auto:N (see the module docstring)
+            token_budget = auto_token_budget(
+                self.loaded.spec, mesh, self._max_length, self.max_batch_size
+            )
         self.token_budget = int(token_budget)
         self.buckets: BucketSet = parse_buckets(
             buckets,
@@ -251,7 +242,8 @@ class JaxLM(LM):
             vocab_chunk=vocab_chunk,
         )
         self.last_plan: Plan | None = None
-        self.stats: dict[str, float] = {}
+        self.stats: dict[str, float] = {}  # the last scoring call
+        self.totals: dict[str, float] = {}  # every scoring call so far (reported in model_info)
 
     @staticmethod
     def _make_tokenizer(tokenizer, path, revision, trust_remote_code, use_fast, add_bos_token):
@@ -264,17 +256,7 @@ class JaxLM(LM):
             kwargs["revision"] = revision
         if add_bos_token is not None:
             kwargs["add_bos_token"] = add_bos_token
-        where = tokenizer or path
-        check_tokenizer_files(where)
-        try:
-            return AutoTokenizer.from_pretrained(where, **kwargs)
-        except (OSError, ValueError) as e:
-            raise JaxevalError(
-                f"the tokenizer could not be loaded: {str(e).strip().splitlines()[0]}",
-                file=str(where),
-                field="tokenizer",
-                hint="give a directory holding the model's tokenizer files (tokenizer=DIR)",
-            ) from None
+        return AutoTokenizer.from_pretrained(tokenizer or path, **kwargs)
 
     # ---- lm-eval's properties -----------------------------------------------------------
     @property
@@ -348,6 +330,8 @@ class JaxLM(LM):
             "max_length": self._max_length,
             "token_budget": self.token_budget,
             "mesh": dict(self.mesh.shape),
+            "compilation_cache": self.compilation_cache,
+            "scoring_stats": dict(self.totals),
         }
 
     # ---- requests -------------------------------------------------------------------------
@@ -356,14 +340,8 @@ class JaxLM(LM):
     ) -> list[tuple[float, bool]]:
         pairs = [tuple(req.args[:2]) for req in requests]
         encoded = self.encoder.encode_requests(pairs)
-        hook = self.answer_hook
         ll, greedy = self.loglikelihood_tokens(
-            encoded,
-            disable_tqdm=disable_tqdm,
-            desc="loglikelihood",
-            on_answers=None
-            if hook is None
-            else lambda idx, a, b: hook(idx.tolist(), [(float(x), bool(y)) for x, y in zip(a, b)]),
+            encoded, disable_tqdm=disable_tqdm, desc="loglikelihood"
         )
         return [(float(a), bool(b)) for a, b in zip(ll, greedy)]
 
@@ -378,10 +356,7 @@ class JaxLM(LM):
             windows.extend(w)
             owner.extend([i] * len(w))
         ll, _ = self.loglikelihood_tokens(
-            windows,
-            disable_tqdm=disable_tqdm,
-            desc="loglikelihood_rolling",
-            on_answers=self._rolling_hook(owner),
+            windows, disable_tqdm=disable_tqdm, desc="loglikelihood_rolling"
         )
         totals = [0.0] * len(texts)
         for i, value in zip(owner, ll):  # Python-float sums in window order, as lm-eval does
@@ -399,7 +374,6 @@ class JaxLM(LM):
         *,
         disable_tqdm: bool = False,
         desc: str = "scoring",
-        on_answers: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Token-level entry: `(ctx_enc, cont_enc)` pairs -> (loglik float32[R], is_greedy bool[R])."""
         if not encoded:
@@ -409,107 +383,55 @@ class JaxLM(LM):
                 raise JaxevalError(
                     f"request {i} has an empty continuation after tokenization (lm-eval asserts on it)"
                 )
-        self._check_token_ids(encoded)
         start = time.perf_counter()
         truncated = [truncate_request(c, x, self._max_length) for c, x in encoded]
         plan = plan_batches(
             truncated, self.buckets, packing=self.packing, shared_context=self.shared_context
         )
         planned = time.perf_counter()
-        self.scorer.warmup()
-        warmed = time.perf_counter()
+        compiled_before = self.scorer.compile_stats()
         bar = tqdm(
             total=len(encoded),
             desc=f"Running {desc} requests",
             disable=disable_tqdm or not self.is_main_process,
             unit="req",
         )
-        done = {"tokens": 0}
+        done = {"tokens": 0, "first": 0.0}
         t0 = time.perf_counter()
 
         def on_batch(n_requests: int, tokens: int) -> None:
+            done["first"] = done["first"] or time.perf_counter() - start
             done["tokens"] += tokens
             bar.update(n_requests)
             bar.set_postfix(tok_s=f"{done['tokens'] / max(1e-9, time.perf_counter() - t0):.0f}")
 
-        ll, greedy = self.scorer.run_plan(plan, on_batch=on_batch, on_answers=on_answers)
+        ll, greedy = self.scorer.run_plan(plan, on_batch=on_batch)
         bar.close()
         end = time.perf_counter()
         self.last_plan = plan
+        compiled = self.scorer.compile_stats()
         self.stats = {
             "requests": len(encoded),
             "plan_s": planned - start,
-            "compile_s": warmed - planned,
-            "run_s": end - warmed,
+            "first_batch_s": done["first"],  # from the call's start to the first batch's results
+            "run_s": end - planned,  # compiles the run loop waited for included
             "real_tokens": plan.real_tokens,
             "computed_tokens": plan.computed_tokens,
+            "computed_points": sum(b.bucket.rows * b.bucket.points for b in plan.batches),
             "efficiency": plan.efficiency,
             "batches": len(plan.batches),
+            "shapes": len(plan.shapes),
+            **{k: v - compiled_before[k] for k, v in compiled.items() if k != "compile_count"},
             "compile_count": self.scorer.compile_count,
         }
+        for key in _SUMMED_STATS:
+            self.totals[key] = self.totals.get(key, 0) + self.stats[key]
+        total = self.totals
+        total["efficiency"] = total["real_tokens"] / max(1, total["computed_tokens"])
+        total["compile_count"] = self.scorer.compile_count
         if not np.all(np.isfinite(ll)):
             raise AssertionError("non-finite loglikelihood returned by the kernel")
         return ll, greedy
-
-    def _check_token_ids(self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
-        """Every token id must index the model's embedding table (found before any compute)."""
-        vocab = int(getattr(self.loaded.spec, "vocab_size", 0) or 0)
-        if not vocab:
-            return
-        for i, (ctx, cont) in enumerate(encoded):
-            top = max(max(ctx, default=0), max(cont, default=0))
-            if top >= vocab or min(min(ctx, default=0), min(cont, default=0)) < 0:
-                raise JaxevalError(
-                    f"request {i} has token id {top}, outside the model's vocabulary of {vocab}",
-                    field="tokenizer",
-                    hint="the tokenizer does not belong to these weights: use the checkpoint's "
-                    "own tokenizer (tokenizer=DIR in --model_args)",
-                )
-
-    def fingerprint(self) -> str:
-        """What the response cache keys answers by: the weights' and tokenizer files' identity
-        (name, size, mtime), dtype, max_length and the tokenizer (`jaxeval.cache`)."""
-        from jaxeval.cache import file_identity, fingerprint_of
-
-        files = [self.loaded.gguf_file] if self.loaded.gguf_file else [self.loaded.path]
-        tok_path = getattr(self._tokenizer, "name_or_path", "")
-        return fingerprint_of(
-            weights=[file_identity(f) for f in files],
-            tokenizer=[tok_path, len(self._tokenizer), file_identity(tok_path)],
-            dtype=str(jax.tree.leaves(self.loaded.params)[0].dtype),
-            max_length=self._max_length,
-            model_type=self.loaded.spec.model_type,
-        )
-
-    def _rolling_hook(self, owner: list[int]) -> Callable | None:
-        """Per-window answers -> each document's total (summed in window order, as the call does)
-        handed to `answer_hook` as soon as the last of its windows is scored."""
-        hook = self.answer_hook
-        if hook is None:
-            return None
-        windows_of: dict[int, list[int]] = {}
-        for w, doc in enumerate(owner):
-            windows_of.setdefault(doc, []).append(w)
-        left = {doc: len(ws) for doc, ws in windows_of.items()}
-        values: dict[int, float] = {}
-
-        def on_answers(idx: np.ndarray, ll: np.ndarray, _greedy: np.ndarray) -> None:
-            done = []
-            for w, value in zip(idx.tolist(), ll):
-                values[w] = float(value)
-                left[owner[w]] -= 1
-                if left[owner[w]] == 0:
-                    done.append(owner[w])
-            totals = []
-            for doc in done:
-                total = 0.0
-                for w in windows_of[doc]:
-                    total += values[w]
-                totals.append(total)
-            if done:
-                hook(done, totals)
-
-        return on_answers
 
     def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
         """lm-eval's generate_until on the JAX decode kernel (`jaxeval.lm.generation`)."""
@@ -517,8 +439,7 @@ class JaxLM(LM):
 
         return generate_until(requests, model=self.loaded, tokenizer=self._tokenizer, encoder=self.encoder,
                               max_length=self._max_length, batch_size=self.gen_batch_size, seed=self.seed,
-                              disable_tqdm=disable_tqdm or not self.is_main_process,
-                              on_answers=self.answer_hook)
+                              disable_tqdm=disable_tqdm or not self.is_main_process)
 
 
 def _register() -> None:

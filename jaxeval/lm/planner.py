@@ -9,9 +9,11 @@ Steps (all numpy, deterministic for a given request list and bucket set):
 2. **Rows.** Units sorted longest first are placed best-fit into open rows (`packing=True`) or one
    per row; a new row takes the smallest bucket length that fits its first unit.
 3. **Batches.** Each row gets the smallest bucket (T, K) that fits what it holds; rows of a bucket
-   are grouped B at a time. Rows from a smaller bucket's last, partial batch move into the padding
-   rows of a bigger bucket's last batch where they fit; what remains is padded with explicit
-   padding rows.
+   are grouped B at a time. With a fitted grid (`BucketSet.fit_rows`, the default) rows open at a
+   pack length chosen from the work and each bucket's last batch is cut to the rows it has
+   (`jaxeval.lm.shaping`). With explicit buckets, rows from a smaller bucket's last, partial batch
+   move into the padding rows of a bigger bucket's last batch where they fit; what remains is
+   padded with explicit padding rows.
 
 Layout of one unit inside a row, for context [5, 6, 7] with continuations [8, 9] (request 0) and
 [4] (request 1), placed at row offset 0 with segment ids starting at 1:
@@ -35,6 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxeval.kernels.score import ScoreBatch
+from jaxeval.lm import shaping
 from jaxeval.lm.buckets import Bucket, BucketSet
 from jaxeval.lm.encoding import TruncatedRequest
 
@@ -73,6 +76,11 @@ class Plan:
     def efficiency(self) -> float:
         """Real tokens / computed tokens (1.0 = no padding)."""
         return self.real_tokens / max(1, self.computed_tokens)
+
+    @property
+    def shapes(self) -> tuple[Bucket, ...]:
+        """The distinct batch shapes in first-use order (one compilation each)."""
+        return tuple(dict.fromkeys(b.bucket for b in self.batches))
 
 
 @dataclasses.dataclass
@@ -131,7 +139,9 @@ def _make_units(
     return units
 
 
-def _pack_rows(units: list[_Unit], buckets: BucketSet, packing: bool) -> list[_Row]:
+def _pack_rows(
+    units: list[_Unit], buckets: BucketSet, packing: bool, min_length: int = 0
+) -> list[_Row]:
     order = sorted(
         range(len(units)),
         key=lambda u: (-units[u].tokens, -units[u].points, units[u].children[0][0]),
@@ -152,7 +162,7 @@ def _pack_rows(units: list[_Unit], buckets: BucketSet, packing: bool) -> list[_R
                     break
                 j += 1
         if target is None:
-            length = buckets.row_length_for(unit.tokens, unit.points)
+            length = buckets.row_length_for(max(unit.tokens, min_length), unit.points)
             row = _Row(length=length, max_points=buckets.max_points(length))
             rows.append(row)
             rid = len(rows) - 1
@@ -255,8 +265,13 @@ def plan_batches(
     *,
     packing: bool = True,
     shared_context: bool = True,
+    min_efficiency: float = shaping.DEFAULT_MIN_EFFICIENCY,
 ) -> Plan:
-    """Plans every request into fixed-shape batches; asserts each request is answered exactly once."""
+    """Plans every request into fixed-shape batches; asserts each request is answered exactly once.
+
+    `min_efficiency` is the padding-efficiency floor a fitted grid trades shapes against
+    (`jaxeval.lm.shaping.shape_batches`); explicit bucket lists ignore it.
+    """
     for i, r in enumerate(requests):
         if r.input_len > buckets.max_length or len(r.continuation) > buckets.max_points(
             buckets.max_length
@@ -266,16 +281,27 @@ def plan_batches(
                 f"largest bucket {buckets.buckets[-1]}; truncate it to max_length first"
             )
     units = _make_units(requests, buckets, shared_context)
-    rows = _pack_rows(units, buckets, packing)
-    by_bucket: dict[Bucket, list[_Row]] = {}
-    for row in rows:
-        by_bucket.setdefault(buckets.pick(row.tokens, row.points), []).append(row)
-    _fill_partial_batches(by_bucket)
-    batches = []
-    for bucket in sorted(by_bucket, key=lambda x: (-x.length, -x.points)):
-        group = by_bucket[bucket]
-        for s in range(0, len(group), bucket.rows):
-            batches.append(_build_batch(bucket, group[s : s + bucket.rows]))
+    if buckets.fit_rows:
+        start = shaping.pack_length([u.tokens for u in units], buckets) if packing else 0
+        rows = _pack_rows(units, buckets, packing, start)
+        by_index: dict[Bucket, list[int]] = {}
+        for i, row in enumerate(rows):
+            by_index.setdefault(buckets.pick(row.tokens, row.points), []).append(i)
+        shapes = shaping.shape_batches(
+            by_index, [row.tokens for row in rows], buckets, min_efficiency=min_efficiency
+        )
+        batches = [_build_batch(s.bucket, [rows[i] for i in s.rows]) for s in shapes]
+    else:
+        rows = _pack_rows(units, buckets, packing)
+        by_bucket: dict[Bucket, list[_Row]] = {}
+        for row in rows:
+            by_bucket.setdefault(buckets.pick(row.tokens, row.points), []).append(row)
+        _fill_partial_batches(by_bucket)
+        batches = []
+        for bucket in sorted(by_bucket, key=lambda x: (-x.length, -x.points)):
+            group = by_bucket[bucket]
+            for s in range(0, len(group), bucket.rows):
+                batches.append(_build_batch(bucket, group[s : s + bucket.rows]))
     plan = Plan(batches=tuple(batches), n_requests=len(requests))
     check_coverage(plan, requests)
     return plan

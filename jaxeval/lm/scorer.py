@@ -1,12 +1,16 @@
 """The one sharding boundary of loglikelihood scoring: compiled `score` executables per bucket.
 
     scorer = Scorer(model=spec, params=params, mesh=mesh, buckets=buckets)
-    scorer.warmup()                                 # compiles every bucket, once
     loglik, greedy = scorer.run_plan(plan)          # float32[R], bool[R] in request order
 
 Batches are sharded over the mesh's batch axes (`data`, and `fsdp` when present); parameters keep
-the shardings they were loaded with; the outputs are small and replicated. Every bucket is compiled
-ahead of time (`jit(...).lower(...).compile()`), so a run can never trigger a compilation.
+the shardings they were loaded with; the outputs are small and replicated. Each batch shape is
+compiled ahead of time (`jit(...).lower(...).compile()`) once, when a plan first uses it: `run_plan`
+hands the plan's shapes to one background compile thread in first-use order and runs each batch as
+soon as its executable is ready, so later shapes compile while earlier batches run. Shapes a plan
+never uses are never compiled (`warmup()` still compiles the whole grid on request). With JAX's
+persistent cache on (`jaxeval.compile_cache`), a known shape loads from disk instead; `compile_stats`
+counts both.
 
 On a mesh spanning several processes every process runs the same plan: it checks that its plan's
 digest matches the other processes', places its own shards of each batch (`mesh.put_global`) and
@@ -17,7 +21,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -26,6 +31,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxeval import distributed
+from jaxeval.compile_cache import CompileCounter
 from jaxeval.kernels.score import ScoreBatch, fast_vocab_chunk, score
 from jaxeval.lm.buckets import Bucket, BucketSet
 from jaxeval.lm.planner import Plan
@@ -105,7 +111,12 @@ class Scorer:
             ScoreBatch(*([self.batch_sharding] * len(ScoreBatch._fields))),
         )
         self._compiled: dict[Bucket, Callable] = {}
-        self.compile_seconds = 0.0
+        self._pending: dict[Bucket, Future] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self.compile_seconds = 0.0  # spent compiling (or loading from the persistent cache)
+        self.compile_wait_seconds = 0.0  # of which the run loop waited for
+        self.compilations = 0  # executables XLA built
+        self.cache_hits = 0  # executables loaded from the persistent cache
         self.vocab_size = jax.eval_shape(model.head_weight, self.params).shape[0]
 
     @property
@@ -132,30 +143,58 @@ class Scorer:
         jitted = jax.jit(kernel, in_shardings=self._in_shardings, out_shardings=self.replicated)
         return jitted.lower(self.params, self.abstract_batch(bucket))
 
+    def _compile(self, bucket: Bucket) -> Callable:
+        """Runs on the compile thread (one at a time, so the counts below are this compile's)."""
+        counter = CompileCounter.get()
+        before = counter.snapshot()
+        start = time.perf_counter()
+        executable = self.lower(bucket).compile()
+        self.compile_seconds += time.perf_counter() - start
+        built, hits = counter.since(before)
+        self.compilations += built
+        self.cache_hits += hits
+        return executable
+
+    def compile_async(self, buckets: Iterable[Bucket]) -> None:
+        """Queues every not yet compiled bucket on the background compile thread, in order."""
+        for b in buckets:
+            if b not in self._compiled and b not in self._pending:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="jaxeval-compile")
+                self._pending[b] = self._executor.submit(self._compile, b)
+
     def compiled(self, bucket: Bucket) -> Callable:
+        """The executable for `bucket`, compiling it (or waiting for the compile thread) if needed."""
         if bucket not in self._compiled:
+            self.compile_async([bucket])
             start = time.perf_counter()
-            self._compiled[bucket] = self.lower(bucket).compile()
-            self.compile_seconds += time.perf_counter() - start
+            self._compiled[bucket] = self._pending.pop(bucket).result()
+            self.compile_wait_seconds += time.perf_counter() - start
         return self._compiled[bucket]
 
-    def warmup(self) -> None:
-        """Compiles every bucket (the only compilations a run ever does)."""
-        for b in self.buckets:
+    def warmup(self, buckets: Iterable[Bucket] | None = None) -> None:
+        """Compiles `buckets` (default: the whole grid) now; plans otherwise compile what they use."""
+        todo = list(self.buckets if buckets is None else buckets)
+        self.compile_async(todo)
+        for b in todo:
             self.compiled(b)
 
+    def compile_stats(self) -> dict[str, float]:
+        return {
+            "compile_count": self.compile_count,
+            "compilations": self.compilations,
+            "cache_hits": self.cache_hits,
+            "compile_s": self.compile_seconds,
+            "compile_wait_s": self.compile_wait_seconds,
+        }
+
     def run_plan(
-        self,
-        plan: Plan,
-        *,
-        on_batch: Callable[[int, int], None] | None = None,
-        on_answers: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+        self, plan: Plan, *, on_batch: Callable[[int, int], None] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Runs every batch of the plan; returns (loglik float32[R], is_greedy bool[R]) in request order.
 
         Batches are dispatched one ahead of the result fetch so the host never idles the device.
-        `on_batch(n_requests, real_tokens)` is called after each batch's results arrive, and
-        `on_answers(request indices int[n], loglik float32[n], is_greedy bool[n])` with them.
+        `on_batch(n_requests, real_tokens)` is called after each batch's results arrive.
         """
         loglik = np.full(plan.n_requests, np.nan, np.float32)
         greedy = np.zeros(plan.n_requests, bool)
@@ -163,6 +202,7 @@ class Scorer:
         pending: list[tuple[Any, Any]] = []
         if jax.process_count() > 1:
             distributed.check_same("loglikelihood plan", plan_digest(plan))
+        self.compile_async(plan.shapes)
 
         def collect(item):
             pb, out = item
@@ -172,8 +212,6 @@ class Scorer:
             loglik[idx] = ll[used]
             greedy[idx] = gr[used]
             np.add.at(answered, idx, 1)
-            if on_answers is not None:
-                on_answers(idx, ll[used], gr[used])
             if on_batch is not None:
                 on_batch(int(used.sum()), pb.real_tokens)
 

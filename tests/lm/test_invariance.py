@@ -63,7 +63,8 @@ def test_results_invariant(baseline, workload, variant):
 
 
 def test_compile_count_bounded_by_buckets(workload):
-    """Warm-up compiles each bucket once; a run over many different lengths compiles nothing more."""
+    """Each bucket compiles at most once, when a plan first uses it (issue 10: never the unused
+    rest of the grid); a run over many different lengths compiles nothing more."""
     path = tiny_checkpoint("llama")
     loaded = load_model(path, mesh=make_mesh("single"), dtype="float32")
     lm = JaxLM(pretrained=loaded, max_length=MAX_LENGTH, token_budget=512, buckets=[32, 64, 128])
@@ -87,5 +88,5 @@ def test_compile_count_bounded_by_buckets(workload):
         jax.monitoring.unregister_event_duration_listener(listener)
     print(f"buckets={len(lm.buckets)} compiles={len(events)} distinct lengths={len(lengths)}")
     assert len(lengths) > len(lm.buckets)
-    assert lm.scorer.compile_count == len(lm.buckets) == 6
+    assert 0 < lm.scorer.compile_count <= len(lm.buckets) == 6
     assert len(events) <= len(lm.buckets)
