@@ -24,6 +24,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 ROWS = {
     "ai2_arc/ARC-Easy/test.jsonl": 50,  # CLI runs, engine parity (limit 40), e2e, multihost
     "ai2_arc/ARC-Easy/validation.jsonl": 30,  # few-shot pool, JaxLM workloads (6)
+    "ai2_arc/ARC-Challenge/test.jsonl": 20,  # catalogue parity (arc_challenge_chat/_llama, limit 6)
+    "ai2_arc/ARC-Challenge/validation.jsonl": 10,  # their few-shot pool
     "boolq/validation.jsonl": 40,  # task parity (limit 20, 5-shot pool)
     "drop/validation.jsonl": 100,  # DROP metric and task parity on every stored doc (21 passages)
     "gsm8k/test.jsonl": 30,  # engine parity (limit 12), chain-of-thought golds (first 20)
