@@ -36,7 +36,17 @@ def _limit(text: str) -> float:
 
 
 def _batch_size(text: str) -> str | int:
-    if text == "auto" or text.startswith("auto:"):
+    if text == "auto":
+        return text
+    if text.startswith("auto:"):
+        try:
+            ok = int(text[5:]) >= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            raise argparse.ArgumentTypeError(
+                f"--batch_size {text!r}: in 'auto:N', N is how many times to re-estimate the batch "
+                "size and must be a positive integer (e.g. auto:4)")
         return text
     try:
         value = int(text)
@@ -181,6 +191,7 @@ def cmd_run(argv: list[str]) -> int:
     from jaxeval.evaluator import simple_evaluate
     from jaxeval.lm.args import parse_model_args
     from jaxeval.output import make_table, save_results
+    from jaxeval.preflight import check_output_path
 
     args = run_parser().parse_args(argv)
     _apply_config_file(args, argv)
@@ -215,6 +226,8 @@ def cmd_run(argv: list[str]) -> int:
     meta = {**parse_model_args(args.model_args), **(metadata or {})}
     tm = TaskManager(args.include_path, metadata=meta, data_dir=args.data_dir)
     samples = _parse_samples(args.samples)
+    if main_process:  # before the model loads: a run must not fail only when it saves
+        check_output_path(args.output_path)
     if args.check_integrity and main_process:
         _validate(tm, task_list)
     start = time.time()

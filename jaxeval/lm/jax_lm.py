@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -118,8 +118,31 @@ def _local_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: i
     return int(min(cap, max(_MIN_AUTO_BUDGET, budget)))
 
 
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+def check_tokenizer_files(where: Any) -> None:
+    """A local checkpoint directory must hold a tokenizer; transformers would otherwise try to
+    convert a slow tokenizer and ask for sentencepiece, which misleads."""
+    if not isinstance(where, str) or not os.path.isdir(where):
+        return
+    names = os.listdir(where)
+    if not any(n in _TOKENIZER_FILES or n.endswith(".tiktoken") for n in names):
+        raise JaxevalError(
+            f"no tokenizer files in the directory (looked for {', '.join(_TOKENIZER_FILES)})",
+            file=where,
+            field="tokenizer",
+            hint="copy the model's tokenizer files beside its weights, or pass tokenizer=DIR in "
+            "--model_args",
+        )
+
+
 class JaxLM(LM):
     """A JAX model behind lm-eval's three request methods (generation: issue #5)."""
+
+    # Set by the response cache (`jaxeval.cache`) around one request-method call: receives
+    # (positions in that call's request list, their answers) as each kernel batch finishes.
+    answer_hook: Callable[[list[int], list[Any]], None] | None = None
 
     def __init__(
         self,
@@ -256,7 +279,17 @@ class JaxLM(LM):
             kwargs["revision"] = revision
         if add_bos_token is not None:
             kwargs["add_bos_token"] = add_bos_token
-        return AutoTokenizer.from_pretrained(tokenizer or path, **kwargs)
+        where = tokenizer or path
+        check_tokenizer_files(where)
+        try:
+            return AutoTokenizer.from_pretrained(where, **kwargs)
+        except (OSError, ValueError) as e:
+            raise JaxevalError(
+                f"the tokenizer could not be loaded: {str(e).strip().splitlines()[0]}",
+                file=str(where),
+                field="tokenizer",
+                hint="give a directory holding the model's tokenizer files (tokenizer=DIR)",
+            ) from None
 
     # ---- lm-eval's properties -----------------------------------------------------------
     @property
@@ -340,8 +373,14 @@ class JaxLM(LM):
     ) -> list[tuple[float, bool]]:
         pairs = [tuple(req.args[:2]) for req in requests]
         encoded = self.encoder.encode_requests(pairs)
+        hook = self.answer_hook
         ll, greedy = self.loglikelihood_tokens(
-            encoded, disable_tqdm=disable_tqdm, desc="loglikelihood"
+            encoded,
+            disable_tqdm=disable_tqdm,
+            desc="loglikelihood",
+            on_answers=None
+            if hook is None
+            else lambda idx, a, b: hook(idx.tolist(), [(float(x), bool(y)) for x, y in zip(a, b)]),
         )
         return [(float(a), bool(b)) for a, b in zip(ll, greedy)]
 
@@ -356,7 +395,10 @@ class JaxLM(LM):
             windows.extend(w)
             owner.extend([i] * len(w))
         ll, _ = self.loglikelihood_tokens(
-            windows, disable_tqdm=disable_tqdm, desc="loglikelihood_rolling"
+            windows,
+            disable_tqdm=disable_tqdm,
+            desc="loglikelihood_rolling",
+            on_answers=self._rolling_hook(owner),
         )
         totals = [0.0] * len(texts)
         for i, value in zip(owner, ll):  # Python-float sums in window order, as lm-eval does
@@ -374,6 +416,7 @@ class JaxLM(LM):
         *,
         disable_tqdm: bool = False,
         desc: str = "scoring",
+        on_answers: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Token-level entry: `(ctx_enc, cont_enc)` pairs -> (loglik float32[R], is_greedy bool[R])."""
         if not encoded:
@@ -383,6 +426,7 @@ class JaxLM(LM):
                 raise JaxevalError(
                     f"request {i} has an empty continuation after tokenization (lm-eval asserts on it)"
                 )
+        self._check_token_ids(encoded)
         start = time.perf_counter()
         truncated = [truncate_request(c, x, self._max_length) for c, x in encoded]
         plan = plan_batches(
@@ -405,7 +449,7 @@ class JaxLM(LM):
             bar.update(n_requests)
             bar.set_postfix(tok_s=f"{done['tokens'] / max(1e-9, time.perf_counter() - t0):.0f}")
 
-        ll, greedy = self.scorer.run_plan(plan, on_batch=on_batch)
+        ll, greedy = self.scorer.run_plan(plan, on_batch=on_batch, on_answers=on_answers)
         bar.close()
         end = time.perf_counter()
         self.last_plan = plan
@@ -433,13 +477,75 @@ class JaxLM(LM):
             raise AssertionError("non-finite loglikelihood returned by the kernel")
         return ll, greedy
 
+    def _check_token_ids(self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
+        """Every token id must index the model's embedding table (found before any compute)."""
+        vocab = int(getattr(self.loaded.spec, "vocab_size", 0) or 0)
+        if not vocab:
+            return
+        for i, (ctx, cont) in enumerate(encoded):
+            top = max(max(ctx, default=0), max(cont, default=0))
+            if top >= vocab or min(min(ctx, default=0), min(cont, default=0)) < 0:
+                raise JaxevalError(
+                    f"request {i} has token id {top}, outside the model's vocabulary of {vocab}",
+                    field="tokenizer",
+                    hint="the tokenizer does not belong to these weights: use the checkpoint's "
+                    "own tokenizer (tokenizer=DIR in --model_args)",
+                )
+
+    def fingerprint(self) -> str:
+        """What the response cache keys answers by: the weights' and tokenizer files' identity
+        (name, size, mtime), dtype, max_length and the tokenizer (`jaxeval.cache`)."""
+        from jaxeval.cache import file_identity, fingerprint_of
+
+        gguf = getattr(self.loaded, "gguf_file", None)
+        files = [gguf] if gguf else [self.loaded.path]
+        tok_path = getattr(self._tokenizer, "name_or_path", "")
+        return fingerprint_of(
+            weights=[file_identity(f) for f in files],
+            tokenizer=[tok_path, len(self._tokenizer), file_identity(tok_path)],
+            dtype=str(jax.tree.leaves(self.loaded.params)[0].dtype),
+            max_length=self._max_length,
+            model_type=self.loaded.spec.model_type,
+        )
+
+    def _rolling_hook(self, owner: list[int]) -> Callable | None:
+        """Per-window answers -> each document's total (summed in window order, as the call does)
+        handed to `answer_hook` as soon as the last of its windows is scored."""
+        hook = self.answer_hook
+        if hook is None:
+            return None
+        windows_of: dict[int, list[int]] = {}
+        for w, doc in enumerate(owner):
+            windows_of.setdefault(doc, []).append(w)
+        left = {doc: len(ws) for doc, ws in windows_of.items()}
+        values: dict[int, float] = {}
+
+        def on_answers(idx: np.ndarray, ll: np.ndarray, _greedy: np.ndarray) -> None:
+            done = []
+            for w, value in zip(idx.tolist(), ll):
+                values[w] = float(value)
+                left[owner[w]] -= 1
+                if left[owner[w]] == 0:
+                    done.append(owner[w])
+            totals = []
+            for doc in done:
+                total = 0.0
+                for w in windows_of[doc]:
+                    total += values[w]
+                totals.append(total)
+            if done:
+                hook(done, totals)
+
+        return on_answers
+
     def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
         """lm-eval's generate_until on the JAX decode kernel (`jaxeval.lm.generation`)."""
         from jaxeval.lm.generation import generate_until
 
         return generate_until(requests, model=self.loaded, tokenizer=self._tokenizer, encoder=self.encoder,
                               max_length=self._max_length, batch_size=self.gen_batch_size, seed=self.seed,
-                              disable_tqdm=disable_tqdm or not self.is_main_process)
+                              disable_tqdm=disable_tqdm or not self.is_main_process,
+                              on_answers=self.answer_hook)
 
 
 def _register() -> None:

@@ -189,12 +189,17 @@ class Scorer:
         }
 
     def run_plan(
-        self, plan: Plan, *, on_batch: Callable[[int, int], None] | None = None
+        self,
+        plan: Plan,
+        *,
+        on_batch: Callable[[int, int], None] | None = None,
+        on_answers: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Runs every batch of the plan; returns (loglik float32[R], is_greedy bool[R]) in request order.
 
         Batches are dispatched one ahead of the result fetch so the host never idles the device.
-        `on_batch(n_requests, real_tokens)` is called after each batch's results arrive.
+        `on_batch(n_requests, real_tokens)` is called after each batch's results arrive, and
+        `on_answers(request indices int[n], loglik float32[n], is_greedy bool[n])` with them.
         """
         loglik = np.full(plan.n_requests, np.nan, np.float32)
         greedy = np.zeros(plan.n_requests, bool)
@@ -212,6 +217,8 @@ class Scorer:
             loglik[idx] = ll[used]
             greedy[idx] = gr[used]
             np.add.at(answered, idx, 1)
+            if on_answers is not None:
+                on_answers(idx, ll[used], gr[used])
             if on_batch is not None:
                 on_batch(int(used.sum()), pb.real_tokens)
 
