@@ -1,0 +1,123 @@
+"""The Open LLM Leaderboard v2 tasks (lm-eval's `leaderboard` group) against lm-eval itself.
+
+One task per family (IFEval, BBH, GPQA, MATH-hard, MMLU-Pro, MuSR) runs on ten hand-written docs
+in its hub dataset's schema (tests/tasks/data, hub layout), as the leaderboard runs them: chat
+template applied and few-shot examples as multi-turn. jaxeval reads lm-eval's own YAML and helpers
+by name through `--data_dir`; lm-eval reads the same files through override YAMLs. Requests,
+per-document scores and aggregates must be equal.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.api.fake_lm import with_chat
+from tests.tasks import fake_lm
+from tests.tasks.oracle import (
+    Case,
+    assert_same_requests,
+    assert_same_results,
+    assert_same_samples,
+    write_lm_eval_overrides,
+)
+
+pytestmark = pytest.mark.oracle
+DATA = Path(__file__).parent / "data"
+
+# Answers that satisfy some IFEval instructions and some MATH golds (the rest fail them).
+GENERATIONS = (
+    " the sun rises slowly over the quiet hills",
+    " *first part* is here and *second part* is there",
+    ' "I like blue because it is calm."',
+    " <<Ode to the sea>>\nWaves roll in. Is there anything else I can help with?",
+    " BREAD MADE WITH LOVE",
+    ' ["apple", "pear", "plum"]',
+    " Bring an umbrella, jump in a puddle, and smile",
+    " The final answer is $4$. I hope it is correct.",
+    " Final Answer: The final answer is $\\frac{5}{6}$. I hope it is correct.",
+    " We compute, so it is 81.",
+)
+TASKS = {
+    "leaderboard_ifeval": "leaderboard/ifeval/ifeval.yaml",
+    "leaderboard_bbh_boolean_expressions": "leaderboard/bbh_mc/boolean_expressions.yaml",
+    "leaderboard_gpqa_main": "leaderboard/gpqa/gpqa_main_zeroshot.yaml",
+    "leaderboard_math_algebra_hard": "leaderboard/math/math_algebra.yaml",
+    "leaderboard_mmlu_pro": "leaderboard/mmlu_pro/mmlu_pro.yaml",
+    "leaderboard_musr_murder_mysteries": "leaderboard/musr/musr_murder_mysteries.yaml",
+}
+
+
+@pytest.fixture(scope="module")
+def cases() -> dict[str, Case]:
+    from jaxeval.api.data import find_local_files
+    from jaxeval.api.task_manager import TaskManager
+
+    tm = TaskManager(catalogue=True)
+    out = {}
+    for name, rel in TASKS.items():
+        assert tm.source_of(name) == "lm-eval"
+        cfg = tm.task_config(name)
+        splits = [
+            s
+            for s in (cfg.training_split, cfg.validation_split, cfg.test_split, cfg.fewshot.split)
+            if s
+        ]
+        found = find_local_files(
+            str(DATA), dataset_path=cfg.dataset_path, dataset_name=cfg.dataset_name, splits=splits
+        )
+        assert found, name
+        files = {s: os.path.relpath(p, DATA) for s, p in found.items()}
+        out[name] = Case(name, rel, DATA, files, generations=GENERATIONS)
+    return out
+
+
+@pytest.fixture(scope="module")
+def lm_eval_tm(tmp_path_factory, cases):
+    from lm_eval.tasks import TaskManager
+
+    folder = tmp_path_factory.mktemp("lm_eval_leaderboard")
+    write_lm_eval_overrides(list(cases.values()), folder)
+    return TaskManager(include_path=str(folder))
+
+
+def _run_both(case: Case, lm_eval_tm):
+    import lm_eval
+
+    import jaxeval
+    from jaxeval.api.task_manager import TaskManager
+
+    common = dict(
+        limit=10,
+        bootstrap_iters=1000,
+        log_samples=True,
+        apply_chat_template=True,
+        fewshot_as_multiturn=True,
+    )
+    their_log, our_log = fake_lm.RequestLog(), fake_lm.RequestLog()
+    theirs = lm_eval.simple_evaluate(
+        model=with_chat(fake_lm.make_lm_eval_lm(their_log, list(case.generations))),
+        tasks=[case.task],
+        task_manager=lm_eval_tm,
+        **common,
+    )
+    ours = jaxeval.simple_evaluate(
+        model=with_chat(fake_lm.make_jaxeval_lm(our_log, list(case.generations))),
+        tasks=[case.task],
+        task_manager=TaskManager(data_dir=str(DATA)),
+        **common,
+    )
+    return ours, our_log, theirs, their_log
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_leaderboard_task_matches_lm_eval_with_chat_template(cases, lm_eval_tm, task):
+    ours, our_log, theirs, their_log = _run_both(cases[task], lm_eval_tm)
+    assert_same_requests(our_log, their_log)
+    first = next(v for v in our_log.calls.values() if v)[0][0]
+    assert first.startswith("<|im_start|>")  # the chat template was applied
+    assert_same_results(ours, theirs, task)
+    assert_same_samples(ours, theirs, task)
+    assert ours["samples"][task] and len(ours["samples"][task]) <= 10
