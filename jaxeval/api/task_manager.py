@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from jaxeval.api import requirements
 from jaxeval.api.config import GROUP_FIELDS, GroupConfig, TaskConfig
 from jaxeval.api.data import find_local_files
 from jaxeval.api.group import Group
@@ -225,7 +226,10 @@ class TaskManager:
 
     def _build_task(self, entry: Entry, overrides: dict | None) -> Task:
         config = self.task_config(entry, overrides)
-        return Task(config, data_files=self._local_files(config))
+        task = Task(config, data_files=self._local_files(config))
+        if entry.source == "lm-eval":
+            requirements.check(task, entry.yaml_path, self.catalogue_dir)
+        return task
 
     def task_config(self, entry: Entry | str, overrides: dict | None = None) -> TaskConfig:
         """The task's frozen config, helpers imported, without touching its data."""

@@ -121,3 +121,73 @@ def test_leaderboard_task_matches_lm_eval_with_chat_template(cases, lm_eval_tm, 
     assert_same_results(ours, theirs, task)
     assert_same_samples(ours, theirs, task)
     assert ours["samples"][task] and len(ours["samples"][task]) <= 10
+
+
+def test_ifeval_without_punkt_data_fails_first_saying_what_to_fetch(tmp_path, monkeypatch):
+    import json
+
+    from jaxeval.api import requirements
+    from jaxeval.api.task_manager import TaskManager
+    from jaxeval.errors import JaxevalError
+
+    monkeypatch.setattr(requirements, "_has_nltk_resource", lambda resource: False)
+    # the ten docs use no Punkt-scored instruction: they build without the data
+    assert TaskManager(data_dir=str(DATA)).load(["leaderboard_ifeval"]).tasks
+    rows = (DATA / "instruction-following-eval/train.jsonl").read_text().splitlines()
+    extra = {
+        "key": 2001,
+        "prompt": "Answer in exactly 3 sentences.",
+        "instruction_id_list": ["length_constraints:number_sentences"],
+        "kwargs": [{"relation": "at least", "num_sentences": 3}],
+    }
+    folder = tmp_path / "instruction-following-eval"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("\n".join([*rows, json.dumps(extra)]) + "\n")
+    with pytest.raises(JaxevalError) as e:
+        TaskManager(data_dir=str(tmp_path)).load(["leaderboard_ifeval"])
+    text = str(e.value)
+    assert "document 10" in text and "punkt_tab" in text and requirements.FETCH_PUNKT in text
+
+
+@pytest.mark.slow
+def test_jaxeval_run_leaderboard_ifeval_through_the_jax_model(tmp_path):
+    import json
+
+    from jaxeval.cli import main
+    from tests.helpers.tiny_models import tiny_checkpoint
+
+    ckpt = tiny_checkpoint("llama")
+    out = tmp_path / "out"
+    rc = main(
+        [
+            "run",
+            "--model",
+            "jax",
+            "--model_args",
+            f"pretrained={ckpt},dtype=float32,mesh=single,max_length=128,token_budget=256",
+            "--tasks",
+            "leaderboard_ifeval",
+            "--data_dir",
+            str(DATA),
+            "--gen_kwargs",
+            "max_gen_toks=16",
+            "--output_path",
+            str(out),
+            "--log_samples",
+            "--bootstrap_iters",
+            "0",
+        ]
+    )
+    assert rc == 0
+    (results,) = out.rglob("results_*.json")
+    res = json.loads(results.read_text())["results"]["leaderboard_ifeval"]
+    for metric in (
+        "prompt_level_strict_acc",
+        "inst_level_strict_acc",
+        "prompt_level_loose_acc",
+        "inst_level_loose_acc",
+    ):
+        assert 0.0 <= res[f"{metric},none"] <= 1.0
+    (samples,) = out.rglob("samples_leaderboard_ifeval_*.jsonl")
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert len(rows) == 10 and all(isinstance(r["resps"][0][0], str) for r in rows)
