@@ -150,16 +150,27 @@ def _cacheable(method: str, req: Instance) -> bool:
 class CachingLM:
     """Wraps an LM; the three request methods consult the store first and fill it batch by batch.
 
-    `computed` counts the requests sent to the model, per method (a rerun after a kill sends only
-    what the file lacks)."""
+    With `full_plan` (one process) and a model that takes `known_answers` (JaxLM), a scoring call
+    with some answers on file still sends the model every request, with the stored ones as known
+    answers: the model plans exactly the batches the interrupted run planned and runs only those
+    holding an unknown request, so the resumed results equal an uninterrupted run's bit for bit.
+    Otherwise (generation, other models, several processes) only the misses are sent.
 
-    def __init__(self, lm: Any, store: ResponseStore | str):
+    `served` / `computed` count the requests answered from the file / by the model, per method.
+    """
+
+    def __init__(self, lm: Any, store: ResponseStore | str, *, full_plan: bool = False):
         self.lm = lm
         self.store = store if isinstance(store, ResponseStore) else ResponseStore(store)
         self.path = self.store.path
         self.fingerprint = model_fingerprint(innermost(lm))
         self.store.warn_if_other_models(self.fingerprint)
+        self.full_plan = full_plan
+        self.served = dict.fromkeys(METHODS, 0)
         self.computed = dict.fromkeys(METHODS, 0)
+
+    def cache_stats(self) -> dict[str, int]:
+        return {"served": sum(self.served.values()), "computed": sum(self.computed.values())}
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.lm, name)
@@ -168,43 +179,58 @@ class CachingLM:
 
         def call(requests: list[Instance]) -> list[Any]:
             out: list[Any] = [None] * len(requests)
-            todo: list[int] = []
+            known: dict[int, Any] = {}
             for i, req in enumerate(requests):
-                hit = None
                 if _cacheable(name, req):
                     hit = self.store.get(hash_args(self.fingerprint, name, req.args))
-                if hit is None:
-                    todo.append(i)
-                else:
-                    out[i] = tuple(hit) if name == "loglikelihood" else hit
-            if not todo:
+                    if hit is not None:
+                        known[i] = out[i] = tuple(hit) if name == "loglikelihood" else hit
+            self.served[name] += len(known)
+            if len(known) == len(requests):
                 return out
-            stored: set[int] = set()
+            target = hook_target(self.lm)
+            full = (
+                self.full_plan
+                and name != "generate_until"
+                and target is not None
+                and "known_answers" in dir(type(target))
+            )
+            sent = list(range(len(requests))) if full else out_missing(out, known)
+            done: set[int] = set(known) if full else set()
 
             def store(positions: list[int], answers: list[Any]) -> None:
                 rows = []
                 for p, value in zip(positions, answers):
-                    req = requests[todo[p]]
-                    if p not in stored and _cacheable(name, req):
-                        rows.append(
-                            (hash_args(self.fingerprint, name, req.args), self.fingerprint, value)
-                        )
-                    stored.add(p)
+                    i = sent[p]
+                    if i not in done and _cacheable(name, requests[i]):
+                        key = hash_args(self.fingerprint, name, requests[i].args)
+                        rows.append((key, self.fingerprint, value))
+                    if i not in done:
+                        self.computed[name] += 1
+                    done.add(i)
                 self.store.put(rows)
 
-            target = hook_target(self.lm)
             if target is not None:
                 target.answer_hook = store
+                if full:
+                    target.known_answers = known
             try:
-                fresh = attr([requests[i] for i in todo])
+                fresh = attr([requests[i] for i in sent])
             finally:
                 if target is not None:
                     target.answer_hook = None
-            self.computed[name] += len(todo)
-            rest = [p for p in range(len(todo)) if p not in stored]
+                    if full:
+                        target.known_answers = None
+            rest = [p for p, i in enumerate(sent) if i not in done]
             store(rest, [fresh[p] for p in rest])
-            for p, value in enumerate(fresh):
-                out[todo[p]] = value
+            for p, i in enumerate(sent):
+                if i not in known:
+                    out[i] = fresh[p]
             return out
 
         return call
+
+
+def out_missing(out: list[Any], known: dict[int, Any]) -> list[int]:
+    """Positions without a stored answer, in order."""
+    return [i for i in range(len(out)) if i not in known]

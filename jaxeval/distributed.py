@@ -222,8 +222,8 @@ def response_cache(lm: Any, path: str) -> Any:
     """
     from jaxeval.cache import CachingLM
 
-    if process_count() == 1:
-        return CachingLM(lm, path)
+    if process_count() == 1:  # alone: a resumed call replans everything and skips stored batches
+        return CachingLM(lm, path, full_plan=True)
     if is_main_process():
         return _CacheLeader(lm, path)
     return _CacheFollower(lm)

@@ -316,6 +316,8 @@ def simple_evaluate(
         "torch_seed": torch_random_seed,
         "fewshot_seed": fewshot_random_seed,
     }
+    if use_cache is not None and hasattr(lm, "cache_stats"):  # answers served from the file / computed
+        results["config"]["response_cache"] = lm.cache_stats()
     from jaxeval.run_info import environment_info, tokenizer_info
 
     env = environment_info()

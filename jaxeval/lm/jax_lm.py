@@ -143,6 +143,10 @@ class JaxLM(LM):
     # Set by the response cache (`jaxeval.cache`) around one request-method call: receives
     # (positions in that call's request list, their answers) as each kernel batch finishes.
     answer_hook: Callable[[list[int], list[Any]], None] | None = None
+    # Set by the response cache of a resumed run (one process): {position: stored answer}. The
+    # whole call is planned as before and only batches holding an unknown request run, so the
+    # recomputed batches are the very batches of the interrupted run (same values, bit for bit).
+    known_answers: dict[int, Any] | None = None
 
     def __init__(
         self,
@@ -378,6 +382,7 @@ class JaxLM(LM):
             encoded,
             disable_tqdm=disable_tqdm,
             desc="loglikelihood",
+            known=self.known_answers,
             on_answers=None
             if hook is None
             else lambda idx, a, b: hook(idx.tolist(), [(float(x), bool(y)) for x, y in zip(a, b)]),
@@ -394,15 +399,19 @@ class JaxLM(LM):
             w = self._rolling(ids)
             windows.extend(w)
             owner.extend([i] * len(w))
+        known = self.known_answers or {}
         ll, _ = self.loglikelihood_tokens(
             windows,
             disable_tqdm=disable_tqdm,
             desc="loglikelihood_rolling",
             on_answers=self._rolling_hook(owner),
+            known={w: (0.0, False) for w, doc in enumerate(owner) if doc in known} or None,
         )
         totals = [0.0] * len(texts)
         for i, value in zip(owner, ll):  # Python-float sums in window order, as lm-eval does
             totals[i] += float(value)
+        for i, value in known.items():
+            totals[i] = float(value)
         return totals
 
     def _rolling(self, ids: list[int]) -> list[tuple[list[int], list[int]]]:
@@ -417,8 +426,10 @@ class JaxLM(LM):
         disable_tqdm: bool = False,
         desc: str = "scoring",
         on_answers: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+        known: dict[int, tuple[float, bool]] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Token-level entry: `(ctx_enc, cont_enc)` pairs -> (loglik float32[R], is_greedy bool[R])."""
+        """Token-level entry: `(ctx_enc, cont_enc)` pairs -> (loglik float32[R], is_greedy bool[R]).
+        `known` answers are returned as given; batches holding only known requests do not run."""
         if not encoded:
             return np.zeros(0, np.float32), np.zeros(0, bool)
         for i, (_, cont) in enumerate(encoded):
@@ -449,7 +460,14 @@ class JaxLM(LM):
             bar.update(n_requests)
             bar.set_postfix(tok_s=f"{done['tokens'] / max(1e-9, time.perf_counter() - t0):.0f}")
 
-        ll, greedy = self.scorer.run_plan(plan, on_batch=on_batch, on_answers=on_answers)
+        ll, greedy = self.scorer.run_plan(
+            plan,
+            on_batch=on_batch,
+            on_answers=on_answers,
+            skip=(lambda idx: all(int(i) in known for i in idx)) if known else None,
+        )
+        for i, (value, is_greedy) in (known or {}).items():
+            ll[i], greedy[i] = value, is_greedy
         bar.close()
         end = time.perf_counter()
         self.last_plan = plan

@@ -194,12 +194,15 @@ class Scorer:
         *,
         on_batch: Callable[[int, int], None] | None = None,
         on_answers: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+        skip: Callable[[np.ndarray], bool] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Runs every batch of the plan; returns (loglik float32[R], is_greedy bool[R]) in request order.
 
         Batches are dispatched one ahead of the result fetch so the host never idles the device.
         `on_batch(n_requests, real_tokens)` is called after each batch's results arrive, and
         `on_answers(request indices int[n], loglik float32[n], is_greedy bool[n])` with them.
+        A batch whose request indices satisfy `skip(indices int[n])` is not run: its requests
+        count as answered and keep NaN / False (the caller holds their answers: a resumed run).
         """
         loglik = np.full(plan.n_requests, np.nan, np.float32)
         greedy = np.zeros(plan.n_requests, bool)
@@ -223,6 +226,13 @@ class Scorer:
                 on_batch(int(used.sum()), pb.real_tokens)
 
         for pb in plan.batches:
+            if skip is not None:
+                idx = pb.slot_request[pb.slot_request >= 0]
+                if idx.size and skip(idx):
+                    np.add.at(answered, idx, 1)
+                    if on_batch is not None:
+                        on_batch(int(idx.size), 0)
+                    continue
             fn = self.compiled(pb.bucket)
             batch = put_global(pb.batch, self.batch_sharding)
             pending.append((pb, fn(self.params, batch)))
