@@ -2,7 +2,9 @@
 
 "Builds" means what `jaxeval run` does before it reads any data: the YAML and its includes merge,
 every `!function` helper imports, the config parses into `TaskConfig`, and its metrics and filters
-resolve. Names our library mirrors build from our files (ours win a name clash).
+resolve. For a Python `class:` task (its config lives in the class) it means the class imports and
+is an lm-eval `Task` subclass, which jaxeval drives (`jaxeval.api.lm_eval_task`). Names our library
+mirrors build from our files (ours win a name clash).
 
     report = build_report()
     report.share                    -> 0.99...
@@ -53,6 +55,9 @@ def _one_line(err: BaseException, catalogue_dir: Path) -> str:
 def check_task(tm: TaskManager, name: str) -> str | None:
     """None when the task builds, else why not (one line)."""
     try:
+        if tm.index[name].py_class is not None:  # a Python task: its class must follow lm-eval's
+            tm.task_class(name)
+            return None
         config = tm.task_config(name)
         scoring.resolve_metrics(config)
         scoring.resolve_filters(config)
@@ -84,7 +89,7 @@ def build_report(tm: TaskManager | None = None) -> BuildReport:
 
 # (pattern in the full reason, cause shown in the summary); the first match wins.
 _CAUSES = (
-    (r"Python class", "Python `class:` task (jaxeval runs YAML tasks only)"),
+    (r"not an lm-eval Task subclass", "`class:` that is not an lm-eval Task"),
     (
         r"deserialize ATN|Unsupported ANTLR",
         "acpbench: `tarski` pins antlr4 4.7.2, the math tasks need 4.11 (one environment holds one)",

@@ -25,6 +25,14 @@ from jaxeval.api import requirements
 from jaxeval.api.config import GROUP_FIELDS, GroupConfig, TaskConfig
 from jaxeval.api.data import find_local_files
 from jaxeval.api.group import Group
+from jaxeval.api.lm_eval_task import SPLITS as CLASS_SPLITS
+from jaxeval.api.lm_eval_task import (
+    LmEvalTask,
+    check_task_class,
+    dataset_location,
+    make_task_object,
+    with_local_data,
+)
 from jaxeval.api.task import Task
 from jaxeval.api.task_index import (
     Entry,
@@ -224,7 +232,9 @@ class TaskManager:
             return self._build_group(entry.name, cfg, overrides, source=entry.yaml_path)
         return self._build_task(entry, overrides)
 
-    def _build_task(self, entry: Entry, overrides: dict | None) -> Task:
+    def _build_task(self, entry: Entry, overrides: dict | None) -> Task | LmEvalTask:
+        if entry.py_class is not None:
+            return self._build_class_task(entry, overrides)
         config = self.task_config(entry, overrides)
         task = Task(config, data_files=self._local_files(config))
         if entry.source == "lm-eval":
@@ -261,15 +271,46 @@ class TaskManager:
         return "jaxeval[leaderboard]" if top == "leaderboard" else "jaxeval[tasks]"
 
     def _refuse_python_task(self, entry: Entry, cfg: dict) -> None:
-        """lm-eval's `class:` tasks define their prompts and scoring in Python methods."""
+        """`task_config` has no TaskConfig for a `class:` task: its config lives in Python."""
         cls = cfg["class"]
         name = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls)}"
         raise JaxevalError(
-            f"task '{entry.name}' is the Python class {name} (`class:` in its YAML), which jaxeval "
-            "does not run: its requests and scores live in the class's methods, not in YAML",
-            task=entry.name, file=str(entry.yaml_path) if entry.yaml_path else None, field="class",
-            hint="run it with lm-eval itself, or write the task as YAML (doc_to_text, doc_to_target, "
-                 "process_results) and pass its folder with --include_path")
+            f"task '{entry.name}' is the Python class {name} (`class:` in its YAML); it has no "
+            "YAML task config (load it with TaskManager.load, which drives the class)",
+            task=entry.name, file=str(entry.yaml_path) if entry.yaml_path else None, field="class")
+
+    def _class_config(self, entry: Entry, overrides: dict | None) -> tuple[type, dict]:
+        cfg = self._full_config(entry, overrides)
+        for key in ("tag", "group", "task_list"):
+            cfg.pop(key, None)
+        cls = check_task_class(cfg["class"], task=entry.name,
+                               source=str(entry.yaml_path) if entry.yaml_path else None)
+        return cls, cfg
+
+    def task_class(self, name: str) -> type:
+        """The lm-eval Task subclass of a `class:` task, imported and checked (no data read)."""
+        return self._class_config(self.index[name], None)[0]
+
+    def _build_class_task(self, entry: Entry, overrides: dict | None) -> LmEvalTask:
+        cls, cfg = self._class_config(entry, overrides)
+        files = self.data_files.get(entry.name)
+        if files is None and self.data_dir is not None:
+            path, name = dataset_location(cls, cfg)
+            files = find_local_files(self.data_dir, dataset_path=path, dataset_name=name,
+                                     splits=list(CLASS_SPLITS))
+        if files:
+            cls = with_local_data(cls, files)
+        try:
+            obj = make_task_object(cls, cfg)
+        except JaxevalError:
+            raise
+        except Exception as e:
+            raise JaxevalError(
+                f"building the lm-eval task class {cls.__module__}.{cls.__qualname__} failed "
+                f"({type(e).__name__}: {e})", task=entry.name,
+                file=str(entry.yaml_path) if entry.yaml_path else None, field="class",
+                hint="its hub dataset may be unreachable: pass --data_dir with its files") from None
+        return LmEvalTask(obj, name=entry.name)
 
     def _local_files(self, config: TaskConfig) -> dict[str, str] | None:
         """Explicit `data_files` for the task, else files found under `--data_dir`, else None (hub)."""

@@ -38,9 +38,9 @@ def test_catalogue_names_are_found_and_ours_win():
     for name in ("arc_easy", "mmlu", "gsm8k", "hellaswag"):
         assert tm.source_of(name) == "jaxeval"
         assert "site-packages" not in str(tm.index[name].yaml_path)
-    # squadv2 is an lm-eval Python class task: indexed, but refused with the class's name
+    # squadv2 is an lm-eval Python class task: indexed; without its data the class cannot be built
     assert tm.index["squadv2"].py_class
-    with pytest.raises(JaxevalError, match=r"Python class .*SQuAD2"):
+    with pytest.raises(JaxevalError, match=r"lm-eval task class .*SQuAD2"):
         tm.load(["squadv2"])
 
 
@@ -100,30 +100,51 @@ def test_function_may_only_reach_modules_beside_the_yaml_or_task_packages(tmp_pa
     text = str(e.value)
     assert "evil.yaml" in text and "!function os.system" in text and "not beside the YAML" in text
     # importing the name into a helper does not make it callable from YAML
-    _write(tmp_path, "utils.py", "from os import system  # noqa: F401\n\ndef ok(x):\n    return x\n")
+    _write(
+        tmp_path, "utils.py", "from os import system  # noqa: F401\n\ndef ok(x):\n    return x\n"
+    )
     path = _write(tmp_path, "sneaky.yaml", "task: s\nprocess_docs: !function utils.system\n")
-    with pytest.raises(JaxevalError, match="not a function, class or filter defined in module 'utils'") as e:
+    with pytest.raises(
+        JaxevalError, match="not a function, class or filter defined in module 'utils'"
+    ) as e:
         load_yaml(path)
     assert "sneaky.yaml" in str(e.value) and "!function utils.system" in str(e.value)
-    assert load_yaml(_write(tmp_path, "ok.yaml", "task: o\nprocess_docs: !function utils.ok\n"))[
-        "process_docs"](3) == 3
+    assert (
+        load_yaml(_write(tmp_path, "ok.yaml", "task: o\nprocess_docs: !function utils.ok\n"))[
+            "process_docs"
+        ](3)
+        == 3
+    )
     # lm-eval's task package is reachable by its dotted name
-    cfg = load_yaml(_write(tmp_path, "pkg.yaml",
-                           "task: p\nprocess_docs: !function lm_eval.tasks.hellaswag.utils.process_docs\n"))
+    cfg = load_yaml(
+        _write(
+            tmp_path,
+            "pkg.yaml",
+            "task: p\nprocess_docs: !function lm_eval.tasks.hellaswag.utils.process_docs\n",
+        )
+    )
     assert cfg["process_docs"].__name__ == "process_docs"
 
 
 def test_function_in_an_included_template_resolves_beside_the_template(tmp_path):
     _write(tmp_path, "common/utils.py", "def proc(x):\n    return ('common', x)\n")
-    _write(tmp_path, "common/_base_yaml", "output_type: loglikelihood\nprocess_docs: !function utils.proc\n")
+    _write(
+        tmp_path,
+        "common/_base_yaml",
+        "output_type: loglikelihood\nprocess_docs: !function utils.proc\n",
+    )
     _write(tmp_path, "lang/utils.py", "def proc(x):\n    return ('lang', x)\n")
     path = _write(tmp_path, "lang/t.yaml", "include: ../common/_base_yaml\ntask: t\n")
     assert load_yaml(path)["process_docs"](1) == ("common", 1)
 
 
 def test_a_helper_that_fails_to_import_is_not_kept_half_loaded(tmp_path):
-    _write(tmp_path, "utils.py", "def early(x):\n    return x\n\nimport no_such_pkg_xyz  # noqa\n\n"
-                                 "def late(x):\n    return x\n")
+    _write(
+        tmp_path,
+        "utils.py",
+        "def early(x):\n    return x\n\nimport no_such_pkg_xyz  # noqa\n\n"
+        "def late(x):\n    return x\n",
+    )
     path = _write(tmp_path, "t.yaml", "task: t\nprocess_docs: !function utils.late\n")
     for _ in range(2):  # the second load reports the import error again, not "has no function"
         with pytest.raises(JaxevalError, match="cannot import module 'utils'.*no_such_pkg_xyz"):
