@@ -59,3 +59,9 @@ def render(
         raise JaxevalError(
             f"template {template!r} cannot be rendered: {e}", task=task, field=field, doc=doc_index
         ) from None
+    except Exception as e:  # the template's own arithmetic/filters on this document's values
+        raise JaxevalError(
+            f"template {template!r} failed on this document: {type(e).__name__}: {e}",
+            task=task, field=field, doc=doc_index,
+            hint="make the template handle this document's values (or fix the document)",
+        ) from None

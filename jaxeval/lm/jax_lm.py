@@ -118,6 +118,22 @@ def _local_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: i
     return int(min(cap, max(_MIN_AUTO_BUDGET, budget)))
 
 
+def truncate_all(encoded: Sequence[tuple[Sequence[int], Sequence[int]]], max_length: int) -> list:
+    """`truncate_request` over every request; lm-eval's assertions become a `JaxevalError`."""
+    out = []
+    for i, (ctx, cont) in enumerate(encoded):
+        try:
+            out.append(truncate_request(ctx, cont, max_length))
+        except ValueError as e:
+            raise JaxevalError(
+                f"request {i}: {e}",
+                field="max_length",
+                hint="raise max_length in --model_args (up to the model's context) or shorten "
+                "the task's continuations",
+            ) from None
+    return out
+
+
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 
 
@@ -439,7 +455,7 @@ class JaxLM(LM):
                 )
         self._check_token_ids(encoded)
         start = time.perf_counter()
-        truncated = [truncate_request(c, x, self._max_length) for c, x in encoded]
+        truncated = truncate_all(encoded, self._max_length)
         plan = plan_batches(
             truncated, self.buckets, packing=self.packing, shared_context=self.shared_context
         )
