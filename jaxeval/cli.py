@@ -219,6 +219,10 @@ def cmd_run(argv: list[str]) -> int:
     if args.trust_remote_code:
         os.environ["HF_DATASETS_TRUST_REMOTE_CODE"] = "1"
         args.model_args = _add_model_arg(args.model_args, "trust_remote_code", True)
+    if args.confirm_run_unsafe_code:
+        # catalogue helpers that score code (humaneval, mbpp) run it through code_eval, which
+        # refuses without this variable, even while the helper is imported
+        os.environ.setdefault("HF_ALLOW_CODE_EVAL", "1")
     metadata = json.loads(args.metadata) if args.metadata else None
     task_list = [t.strip() for t in args.tasks.split(",") if t.strip()] if isinstance(args.tasks, str) \
         else list(args.tasks)

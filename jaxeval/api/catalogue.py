@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import os
 import re
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ class BuildReport:
     built: tuple[str, ...]
     failed: dict[str, str]  # task name -> one-line reason
     lm_eval_version: str
+    setting: str = ""
 
     @property
     def share(self) -> float:
@@ -48,8 +50,7 @@ def _one_line(err: BaseException, catalogue_dir: Path) -> str:
     text = " ".join(str(err).split()) if str(err) else type(err).__name__
     if not isinstance(err, JaxevalError):
         text = f"{type(err).__name__}: {text}"
-    text = text.replace(str(catalogue_dir) + "/", "lm_eval/tasks/").replace(str(Path.cwd()), ".")
-    return text if len(text) <= 300 else text[:297] + "..."
+    return text.replace(str(catalogue_dir) + "/", "lm_eval/tasks/").replace(str(Path.cwd()), ".")
 
 
 def check_task(tm: TaskManager, name: str) -> str | None:
@@ -82,8 +83,17 @@ def build_report(tm: TaskManager | None = None) -> BuildReport:
             built.append(name)
         else:
             failed[name] = reason
+    setting = (
+        "with --confirm_run_unsafe_code (HF_ALLOW_CODE_EVAL=1)"
+        if os.environ.get("HF_ALLOW_CODE_EVAL") == "1"
+        else "without --confirm_run_unsafe_code"
+    )
     return BuildReport(
-        total=len(names), built=tuple(built), failed=failed, lm_eval_version=version("lm_eval")
+        total=len(names),
+        built=tuple(built),
+        failed=failed,
+        lm_eval_version=version("lm_eval"),
+        setting=setting,
     )
 
 
@@ -95,7 +105,7 @@ _CAUSES = (
         "acpbench: `tarski` pins antlr4 4.7.2, the math tasks need 4.11 (one environment holds one)",
     ),
     (
-        r"Module '([^']+)' doesn't exist on the Hugging Face Hub",
+        r"module script at \S*?(\w+)\.py",
         "helper loads the HF `evaluate` metric `{0}` from the hub at import",
     ),
     (
@@ -106,6 +116,10 @@ _CAUSES = (
     (r"_lazywhere", "lm-eval's statsmodels pin (0.14.4) does not import with this scipy"),
     (r"SWI-Prolog", "needs the SWI-Prolog program (`swipl`)"),
     (r"tinyBenchmarks", "needs `tinyBenchmarks` (GitHub only, not on PyPI)"),
+    (
+        r"HF_ALLOW_CODE_EVAL",
+        "runs code while importing its helper: needs --confirm_run_unsafe_code",
+    ),
     (r"No module named '([^']+)'", "helper imports `{0}` (not installed)"),
     (r"already registered", "two helpers register the same lm-eval filter name"),
     (r"has no function", "lm-eval bug: the helper lacks the function the YAML names"),
@@ -132,7 +146,8 @@ def render_markdown(report: BuildReport) -> str:
         "",
         f'With `pip install "jaxeval[tasks]"`, {len(report.built):,} of the {report.total:,} task configs '
         f"in lm-eval's installed task folder build ({100 * report.share:.2f}%): config, helpers, "
-        f"metrics and filters resolve. The {n_fail} that do not, by cause and by name:",
+        f"metrics and filters resolve (for Python `class:` tasks: the class imports and is an "
+        f"lm-eval Task), measured {report.setting}. The {n_fail} that do not, by cause and name:",
         "",
         "| cause | tasks |",
         "|---|---|",
@@ -142,7 +157,8 @@ def render_markdown(report: BuildReport) -> str:
         lines.append(f"| {cause} | {count} |")
     lines += ["", "| task | reason |", "|---|---|"]
     for name in sorted(report.failed):
-        reason = report.failed[name].replace("|", "\\|")
+        reason = report.failed[name]
+        reason = (reason if len(reason) <= 300 else reason[:297] + "...").replace("|", "\\|")
         lines.append(f"| `{name}` | {reason} |")
     lines += ["", END]
     return "\n".join(lines)
@@ -163,7 +179,14 @@ def write_docs(path: Path, report: BuildReport) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m jaxeval.api.catalogue")
     p.add_argument("--write", metavar="DOCS_MD", help="regenerate this file's catalogue section")
+    p.add_argument(
+        "--confirm_run_unsafe_code",
+        action="store_true",
+        help="as `jaxeval run --confirm_run_unsafe_code`: code-scoring helpers may run code",
+    )
     args = p.parse_args(argv)
+    if args.confirm_run_unsafe_code:
+        os.environ.setdefault("HF_ALLOW_CODE_EVAL", "1")
     report = build_report()
     print(
         f"{len(report.built)} of {report.total} catalogue task configs build "

@@ -43,7 +43,8 @@ def _has_nltk_resource(resource: str) -> bool:
 def check_ifeval(task: Any) -> None:
     """IFEval documents whose instructions need nltk's punkt_tab data, when it is not installed."""
     needing = [
-        i for i, doc in enumerate(task.eval_docs)
+        i
+        for i, doc in enumerate(task.eval_docs)
         if PUNKT_INSTRUCTIONS & set(doc.get("instruction_id_list") or ())
     ]
     if not needing or _has_nltk_resource(PUNKT_RESOURCE):
@@ -53,9 +54,10 @@ def check_ifeval(task: Any) -> None:
         f"nltk's Punkt tokenizer ({', '.join(sorted(PUNKT_INSTRUCTIONS))}), and nltk's "
         f"'punkt_tab' data ({PUNKT_RESOURCE}) is not installed; nltk would download it from "
         "raw.githubusercontent.com while scoring",
-        task=task.name, doc=needing[0],
+        task=task.name,
+        doc=needing[0],
         hint=f"where there is network, run `{FETCH_PUNKT}` and copy ~/nltk_data to this machine "
-             "(or set NLTK_DATA to the folder holding tokenizers/punkt_tab)",
+        "(or set NLTK_DATA to the folder holding tokenizers/punkt_tab)",
     )
 
 

@@ -72,12 +72,16 @@ def kind_of(cfg: dict, path: Path | None) -> Kind:
         return Kind.GROUP
     if "task" in cfg:
         return Kind.TASK
-    raise JaxevalError(f"a task YAML needs a 'task' or 'group' key (keys: {sorted(cfg)})",
-                       file=str(path) if path else None)
+    raise JaxevalError(
+        f"a task YAML needs a 'task' or 'group' key (keys: {sorted(cfg)})",
+        file=str(path) if path else None,
+    )
 
 
 def cache_dir() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jaxeval" / "task_index"
+    default = (
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jaxeval" / "task_index"
+    )
     return Path(os.environ.get("JAXEVAL_INDEX_CACHE", default))
 
 
@@ -116,28 +120,44 @@ def parse_folder(root: Path, files: list[Path], source: str) -> dict[str, Entry]
             log.debug("skipping %s: its name is not a string", path)
             continue
         if name in found:
-            log.debug("%s: %r is already defined in %s; keeping the first", path, name,
-                      found[name].yaml_path)
+            log.debug(
+                "%s: %r is already defined in %s; keeping the first",
+                path,
+                name,
+                found[name].yaml_path,
+            )
             continue
         py_class = str(cfg["class"]) if kind is Kind.TASK and "class" in cfg else None
         found[name] = Entry(name, kind, path, None, _as_set(cfg.get("tag")), source, py_class)
         if kind is Kind.TASK:
             for tag in _as_set(cfg.get("tag")):
                 if tag in found and found[tag].kind is not Kind.TAG:
-                    log.debug("%s: tag %r has the name of a %s; ignored", path, tag, found[tag].kind.value)
+                    log.debug(
+                        "%s: tag %r has the name of a %s; ignored", path, tag, found[tag].kind.value
+                    )
                     continue
                 found.setdefault(tag, Entry(tag, Kind.TAG, None, source=source)).tags.add(name)
     return found
 
 
 def _to_json(root: Path, entries: dict[str, Entry]) -> list:
-    return [[e.name, e.kind.value, os.path.relpath(e.yaml_path, root) if e.yaml_path else None,
-             sorted(e.tags), e.py_class] for e in entries.values()]
+    return [
+        [
+            e.name,
+            e.kind.value,
+            os.path.relpath(e.yaml_path, root) if e.yaml_path else None,
+            sorted(e.tags),
+            e.py_class,
+        ]
+        for e in entries.values()
+    ]
 
 
 def _from_json(root: Path, rows: list, source: str) -> dict[str, Entry]:
-    return {name: Entry(name, Kind(kind), root / rel if rel else None, None, set(tags), source, py)
-            for name, kind, rel, tags, py in rows}
+    return {
+        name: Entry(name, Kind(kind), root / rel if rel else None, None, set(tags), source, py)
+        for name, kind, rel, tags, py in rows
+    }
 
 
 def index_folder(root: Path, source: str, *, use_cache: bool = True) -> dict[str, Entry]:
@@ -154,7 +174,9 @@ def index_folder(root: Path, source: str, *, use_cache: bool = True) -> dict[str
             pass
     entries = parse_folder(root, files, source)
     if use_cache:
-        _write_atomically(cache_file, {"key": key, "root": str(root), "entries": _to_json(root, entries)})
+        _write_atomically(
+            cache_file, {"key": key, "root": str(root), "entries": _to_json(root, entries)}
+        )
     return entries
 
 
@@ -179,8 +201,15 @@ def merge(folders: list[dict[str, Entry]]) -> dict[str, Entry]:
                 continue
             if old is not None and old.kind is not Kind.TAG:
                 level = logging.DEBUG if old.source == "lm-eval" else logging.INFO
-                log.log(level, "%s from %s (%s) overrides %s (%s)", name, entry.yaml_path,
-                        entry.source, old.yaml_path, old.source)
+                log.log(
+                    level,
+                    "%s from %s (%s) overrides %s (%s)",
+                    name,
+                    entry.yaml_path,
+                    entry.source,
+                    old.yaml_path,
+                    old.source,
+                )
             index[name] = entry
     return index
 

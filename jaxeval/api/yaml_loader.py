@@ -22,12 +22,14 @@ and the tag, and so is `!function utils.system` when utils.py did `from os impor
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,33 @@ def module_name_for(path: Path) -> str:
     return f"jaxeval_task_modules.{stem}_{digest}"
 
 
+@contextlib.contextmanager
+def _local_evaluate_metrics(path: Path) -> Iterator[None]:
+    """While a helper that mentions HF `evaluate` runs its top level, `evaluate.load` serves the
+    metrics jaxeval implements (jaxeval/metrics/hf_evaluate.py) instead of downloading them; other
+    names still go to evaluate. Helpers that bind `from evaluate import load` keep the local one."""
+    try:
+        uses = b"evaluate" in path.read_bytes()
+    except OSError:
+        uses = False
+    if not uses or importlib.util.find_spec("evaluate") is None:
+        yield
+        return
+    import evaluate
+
+    from jaxeval.metrics.hf_evaluate import local_load
+
+    original = evaluate.load
+    if getattr(original, "jaxeval_local", False):
+        yield
+        return
+    evaluate.load = local_load(original)
+    try:
+        yield
+    finally:
+        evaluate.load = original
+
+
 def _load_module(path: Path) -> Any:
     name = module_name_for(path)
     mtime = path.stat().st_mtime_ns
@@ -84,7 +113,8 @@ def _load_module(path: Path) -> Any:
     module.__jaxeval_mtime__ = mtime  # type: ignore[attr-defined]
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        with _local_evaluate_metrics(path):
+            spec.loader.exec_module(module)
     except ModuleNotFoundError as e:
         sys.modules.pop(name, None)
         if compat.install(e.name):  # a module newer libraries dropped: serve our stand-in, retry

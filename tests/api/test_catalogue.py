@@ -76,6 +76,29 @@ def test_hf_evaluate_metrics_are_local():
     )
 
 
+def test_local_rouge_and_code_eval_and_evaluate_load(monkeypatch):
+    from jaxeval.metrics import hf_evaluate
+
+    got = HF_EVALUATE.get("rouge")(predictions=["the cat sat"], references=["the cat sat down"])
+    assert got["rouge1"] == pytest.approx(2 * 1 * 0.75 / 1.75)
+    code_eval = HF_EVALUATE.get("code_eval")
+    monkeypatch.delenv("HF_ALLOW_CODE_EVAL", raising=False)
+    with pytest.raises(ValueError, match="HF_ALLOW_CODE_EVAL=1"):
+        code_eval(predictions=[["x = 1"]], references=["assert x == 1"], k=[1])
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+    good, bad = "def add(a, b):\n    return a + b", "def add(a, b):\n    return a * b"
+    scores, results = code_eval(
+        predictions=[[good, bad], [bad, bad]], references=["assert add(2, 3) == 5"] * 2, k=[1, 2]
+    )
+    assert scores == {"pass@1": pytest.approx(0.25), "pass@2": pytest.approx(0.5)}
+    assert [r["passed"] for _, r in results[0]] == [True, False]
+    assert hf_evaluate.pass_at_k_estimate(5, 0, 1) == 0.0
+    sentinel = object()
+    load = hf_evaluate.local_load(lambda *a, **k: sentinel)
+    assert load("rouge").compute(predictions=["a"], references=["a"])["rouge1"] == 1.0
+    assert load("bleurt", "bleurt-base-512") is sentinel  # not ours: evaluate's own loader
+
+
 def test_hf_evaluate_metric_in_a_catalogue_task(tm):
     from jaxeval.api import scoring
 
@@ -126,13 +149,14 @@ _EXTERNAL = re.compile(
 
 
 @pytest.mark.slow
-def test_catalogue_builds_and_every_failure_is_outside_jaxeval():
+def test_catalogue_builds_and_every_failure_is_outside_jaxeval(monkeypatch):
     from jaxeval.api.catalogue import build_report
 
+    # as `jaxeval run --confirm_run_unsafe_code`: humaneval/mbpp helpers run code_eval at import
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
     report = build_report()
     print(f"\n{len(report.built)} of {report.total} build ({100 * report.share:.2f}%)")
     assert report.total > 13_000
     ours = {n: r for n, r in report.failed.items() if not _EXTERNAL.search(r)}
     assert not ours, ours
-    # the target is 99.5%; what is measured here is recorded in docs/tasks.md
-    assert report.share >= 0.99
+    assert report.share >= 0.995, sorted(report.failed.items())
