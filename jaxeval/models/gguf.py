@@ -107,6 +107,10 @@ def config_dict(f: GGUFFile) -> dict[str, Any]:
         renamed = GGUF_CONFIG_MAPPING.get(prefix, {}).get(rest)
         if renamed is not None and renamed != -1:
             config[renamed] = value
+    if config.get("model_type") == "gpt2" and "n_ctx" in config:
+        # GGUF's context_length is GPT-2's position table; transformers' table maps it only to n_ctx,
+        # which leaves n_positions at 1024 and breaks any file with another table size.
+        config.setdefault("n_positions", config["n_ctx"])
     if config.get("model_type") == "gemma3":
         config["model_type"] = "gemma3_text"
     if "vocab_size" not in config and "tokenizer.ggml.tokens" in f.metadata:

@@ -167,7 +167,7 @@ def test_bad_files_are_clear_errors(tmp_path):
         load_model(str(tmp_path), gguf_file="missing.gguf")
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
 def test_tiny_gguf_round_trip_matches_transformers(tmp_path, family):
     """HF checkpoint -> GGUF (llama.cpp's export conventions) -> jaxeval: the HF model's logits."""
     from jaxeval.models import load_model
