@@ -122,6 +122,21 @@ def test_interrupted_call_resumes_with_the_same_answers(tmp_path, ckpt):
     assert resumed.cache_stats() == {"served": kept, "computed": len(reqs) - kept}
 
 
+def test_fingerprint_follows_the_weights_files(tmp_path, ckpt):
+    import shutil
+
+    from jaxeval.lm.jax_lm import JaxLM
+
+    copy = tmp_path / "ckpt"
+    shutil.copytree(ckpt, copy)
+    lm = JaxLM(pretrained=str(copy), dtype="float32", mesh="single", max_length=64)
+    before = lm.fingerprint()
+    assert lm.fingerprint() == before  # stable
+    weights = copy / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert lm.fingerprint() != before  # new weights under the same path: a new key space
+
+
 def test_other_weights_never_read_stale_answers(tmp_path, caplog):
     class Model:
         def __init__(self, tag, value):
