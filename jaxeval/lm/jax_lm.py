@@ -188,6 +188,7 @@ class JaxLM(LM):
         vocab_chunk: int | None = None,
         gen_batch_size: int | None = None,
         seed: int = 1234,
+        gguf_file: str | None = None,
         compilation_cache: str | None = None,
         **kwargs: Any,
     ):
@@ -198,7 +199,7 @@ class JaxLM(LM):
                 field="model_args",
                 hint="known: pretrained, dtype, batch_size, max_batch_size, max_length, add_bos_token, "
                 "prefix_token_id, trust_remote_code, revision, tokenizer, mesh, token_budget, buckets, "
-                "packing, shared_context, vocab_chunk, gen_batch_size, seed, "
+                "packing, shared_context, vocab_chunk, gen_batch_size, seed, gguf_file, "
                 "compilation_cache",
             )
         if pretrained is None:
@@ -238,6 +239,7 @@ class JaxLM(LM):
                 dtype=dtype,
                 revision=revision,
                 trust_remote_code=trust_remote_code,
+                gguf_file=gguf_file,
             )
         self.mesh = mesh
         self._tokenizer = self._make_tokenizer(
@@ -288,10 +290,15 @@ class JaxLM(LM):
         self.stats: dict[str, float] = {}  # the last scoring call
         self.totals: dict[str, float] = {}  # every scoring call so far (reported in model_info)
 
-    @staticmethod
-    def _make_tokenizer(tokenizer, path, revision, trust_remote_code, use_fast, add_bos_token):
+    def _make_tokenizer(self, tokenizer, path, revision, trust_remote_code, use_fast, add_bos_token):
         if tokenizer is not None and not isinstance(tokenizer, str):
             return tokenizer
+        if tokenizer is None and self.loaded.gguf_file:
+            from jaxeval.models.gguf import load_tokenizer
+            from jaxeval.models.gguf_file import GGUFFile
+
+            overrides = {} if add_bos_token is None else {"add_bos_token": add_bos_token}
+            return load_tokenizer(GGUFFile(self.loaded.gguf_file), **overrides)
         from transformers import AutoTokenizer
 
         kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "use_fast": use_fast}
