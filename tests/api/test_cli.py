@@ -100,7 +100,7 @@ ROWS = [{"q": "one?", "choices": ["a", "b"], "gold": 1}, {"q": "two?", "choices"
 @pytest.mark.parametrize(
     "extra,rows,needles",
     [
-        ("metric_list:\n  - metric: accuracy\n", ROWS, ["unknown metric 'accuracy'", "bad_task", "metric_list"]),
+        ("metric_list:\n  - metric: accuraccy\n", ROWS, ["unknown metric 'accuraccy'", "bad_task", "metric_list"]),
         ("metric_list:\n  - metric: acc\n    aggregation: meen\n", ROWS, ["unknown aggregation 'meen'", "mean"]),
         ("filter_list:\n  - name: f\n    filter:\n      - function: regexx\n", ROWS, ["unknown filter 'regexx'"]),
         ("", [ROWS[0], {"q": "two?", "choices": ["c", "d"], "gold": 5}], ["document 1", "outside the 2 choices"]),
