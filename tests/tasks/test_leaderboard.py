@@ -191,3 +191,35 @@ def test_jaxeval_run_leaderboard_ifeval_through_the_jax_model(tmp_path):
     (samples,) = out.rglob("samples_leaderboard_ifeval_*.jsonl")
     rows = [json.loads(line) for line in samples.read_text().splitlines()]
     assert len(rows) == 10 and all(isinstance(r["resps"][0][0], str) for r in rows)
+
+
+def test_the_leaderboard_group_resolves_to_39_tasks_that_all_build():
+    """`--tasks leaderboard`: six subgroups, every leaf's config, helpers, metrics and filters."""
+    from jaxeval.api import scoring
+    from jaxeval.api.task_manager import Kind, TaskManager
+    from jaxeval.api.yaml_loader import load_yaml
+
+    tm = TaskManager()
+
+    def leaves(name: str) -> list[str]:
+        entry = tm.index[name]
+        if entry.kind is Kind.TASK:
+            return [name]
+        members = load_yaml(entry.yaml_path, resolve_functions=False)["task"]
+        return [leaf for m in members for leaf in leaves(m if isinstance(m, str) else m["task"])]
+
+    top = load_yaml(tm.index["leaderboard"].yaml_path, resolve_functions=False)["task"]
+    assert top == [
+        "leaderboard_mmlu_pro",
+        "leaderboard_bbh",
+        "leaderboard_gpqa",
+        "leaderboard_math_hard",
+        "leaderboard_ifeval",
+        "leaderboard_musr",
+    ]
+    names = leaves("leaderboard")
+    assert len(names) == 39
+    for name in names:
+        config = tm.task_config(name)
+        scoring.resolve_metrics(config)
+        scoring.resolve_filters(config)
