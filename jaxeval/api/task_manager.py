@@ -67,7 +67,12 @@ def builtin_task_dir() -> Path:
 
 def catalogue_enabled() -> bool:
     """lm-eval's catalogue is indexed unless `JAXEVAL_CATALOGUE=0`."""
-    return os.environ.get("JAXEVAL_CATALOGUE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return os.environ.get("JAXEVAL_CATALOGUE", "1").strip().lower() not in (
+        "0",
+        "false",
+        "no",
+        "off",
+    )
 
 
 def _kind_of(cfg: dict, path: Path | None) -> Kind:
@@ -86,9 +91,16 @@ def build_index(paths: list[Path], *, source: str = "include") -> dict[str, Entr
 class TaskManager:
     """Finds tasks by name, tag, group or YAML path and builds them."""
 
-    def __init__(self, include_path: str | list[str] | None = None, *, include_defaults: bool = True,
-                 catalogue: bool | None = None, metadata: dict | None = None,
-                 data_files: dict[str, dict[str, str]] | None = None, data_dir: str | None = None):
+    def __init__(
+        self,
+        include_path: str | list[str] | None = None,
+        *,
+        include_defaults: bool = True,
+        catalogue: bool | None = None,
+        metadata: dict | None = None,
+        data_files: dict[str, dict[str, str]] | None = None,
+        data_dir: str | None = None,
+    ):
         """`catalogue`: index lm-eval's installed task folder under ours (default: when installed,
         unless JAXEVAL_CATALOGUE=0; never without `include_defaults`)."""
         roots: list[tuple[Path, str]] = []
@@ -130,23 +142,25 @@ class TaskManager:
     def listing(self) -> list[tuple[str, str, str]]:
         """(name, kind, "source: path or members") rows for `jaxeval ls`.
 
-            arc_easy      task   jaxeval: .../jaxeval/tasks/arc/arc_easy.yaml
-            bbh           group  lm-eval: .../lm_eval/tasks/bbh/...
-            ai2_arc       tag    jaxeval: arc_challenge, arc_easy
+        arc_easy      task   jaxeval: .../jaxeval/tasks/arc/arc_easy.yaml
+        bbh           group  lm-eval: .../lm_eval/tasks/bbh/...
+        ai2_arc       tag    jaxeval: arc_challenge, arc_easy
         """
         rows = []
         for name in sorted(self.index):
             e = self.index[name]
             if e.kind is Kind.TAG:
                 members = sorted(e.tags)
-                where = ", ".join(members[:8]) + (f", ... ({len(members)} tasks)" if len(members) > 8 else "")
+                where = ", ".join(members[:8]) + (
+                    f", ... ({len(members)} tasks)" if len(members) > 8 else ""
+                )
             else:
                 where = str(e.yaml_path)
             rows.append((name, e.kind.value, f"{e.source}: {where}"))
         return rows
 
     def source_of(self, name: str) -> str:
-        """"jaxeval", "lm-eval" or "include" (KeyError for an unknown name)."""
+        """ "jaxeval", "lm-eval" or "include" (KeyError for an unknown name)."""
         return self.index[name].source
 
     # ------------------------------------------------------------------ loading
@@ -167,8 +181,12 @@ class TaskManager:
                     groups[g.name] = g
             for t in leaves:
                 if t.name in seen and seen[t.name] != item.name:
-                    raise JaxevalError(f"task '{t.name}' is requested twice (in '{seen[t.name]}' and "
-                                       f"'{item.name}')", field="tasks", hint="request it once")
+                    raise JaxevalError(
+                        f"task '{t.name}' is requested twice (in '{seen[t.name]}' and "
+                        f"'{item.name}')",
+                        field="tasks",
+                        hint="request it once",
+                    )
                 seen[t.name] = item.name
                 tasks[t.name] = t
         return LoadedTasks(tasks, groups)
@@ -197,8 +215,9 @@ class TaskManager:
         if path.is_dir():
             index = build_index([path])
             return [self._build(e) for e in index.values() if e.kind is Kind.TASK]
-        raise JaxevalError(f"unknown task, group or tag '{spec}'", field="tasks",
-                           hint=self._unknown_hint(spec))
+        raise JaxevalError(
+            f"unknown task, group or tag '{spec}'", field="tasks", hint=self._unknown_hint(spec)
+        )
 
     def _unknown_hint(self, name: str) -> str:
         close = difflib.get_close_matches(name, list(self.index), n=3, cutoff=0.6)
@@ -206,15 +225,24 @@ class TaskManager:
         if self.catalogue_dir is None and lm_eval_task_dir() is None:
             return hint + (
                 "jaxeval's own library does not have it; lm-eval's catalogue (13,000+ tasks: bbh, "
-                "mmlu_pro, leaderboard, ...) comes with `pip install \"jaxeval[tasks]\"` (and the "
-                "Open LLM Leaderboard's dependencies with `pip install \"jaxeval[leaderboard]\"`)")
+                'mmlu_pro, leaderboard, ...) comes with `pip install "jaxeval[tasks]"` (and the '
+                'Open LLM Leaderboard\'s dependencies with `pip install "jaxeval[leaderboard]"`)'
+            )
         if self.catalogue_dir is None:
-            return hint + "lm-eval's catalogue is switched off (JAXEVAL_CATALOGUE=0 or catalogue=False)"
-        return hint + ("run `jaxeval ls tasks` to list tasks, or pass --include_path DIR for your "
-                       "own YAMLs")
+            return (
+                hint
+                + "lm-eval's catalogue is switched off (JAXEVAL_CATALOGUE=0 or catalogue=False)"
+            )
+        return hint + (
+            "run `jaxeval ls tasks` to list tasks, or pass --include_path DIR for your own YAMLs"
+        )
 
     def _full_config(self, entry: Entry, overrides: dict | None) -> dict:
-        cfg = copy.deepcopy(load_yaml(entry.yaml_path)) if entry.yaml_path else copy.deepcopy(entry.cfg or {})
+        cfg = (
+            copy.deepcopy(load_yaml(entry.yaml_path))
+            if entry.yaml_path
+            else copy.deepcopy(entry.cfg or {})
+        )
         if overrides:
             cfg = {**cfg, **overrides}
         meta = cfg.get("metadata") or {}
@@ -226,9 +254,17 @@ class TaskManager:
 
     def _build(self, entry: Entry, overrides: dict | None = None) -> Any:
         if entry.kind is Kind.TAG:
-            return [self._build_task(self.index[n], overrides) for n in sorted(entry.tags) if n in self.index]
+            return [
+                self._build_task(self.index[n], overrides)
+                for n in sorted(entry.tags)
+                if n in self.index
+            ]
         if entry.kind is Kind.GROUP:
-            cfg = copy.deepcopy(load_yaml(entry.yaml_path)) if entry.yaml_path else copy.deepcopy(entry.cfg)
+            cfg = (
+                copy.deepcopy(load_yaml(entry.yaml_path))
+                if entry.yaml_path
+                else copy.deepcopy(entry.cfg)
+            )
             return self._build_group(entry.name, cfg, overrides, source=entry.yaml_path)
         return self._build_task(entry, overrides)
 
@@ -245,8 +281,9 @@ class TaskManager:
         """The task's frozen config, helpers imported, without touching its data."""
         if isinstance(entry, str):
             if entry not in self.index or self.index[entry].kind is not Kind.TASK:
-                raise JaxevalError(f"'{entry}' is not a task", field="tasks",
-                                   hint=self._unknown_hint(entry))
+                raise JaxevalError(
+                    f"'{entry}' is not a task", field="tasks", hint=self._unknown_hint(entry)
+                )
             entry = self.index[entry]
         try:
             cfg = self._full_config(entry, overrides)
@@ -254,9 +291,15 @@ class TaskManager:
             extra = self._extra_for(entry)
             if extra is None or "cannot import" not in e.message:
                 raise
-            raise JaxevalError(e.message, task=entry.name, file=e.file, field=e.field,
-                               hint=f"{e.hint}; `pip install \"{extra}\"` brings what it imports"
-                               if e.hint else None) from None
+            raise JaxevalError(
+                e.message,
+                task=entry.name,
+                file=e.file,
+                field=e.field,
+                hint=f'{e.hint}; `pip install "{extra}"` brings what it imports'
+                if e.hint
+                else None,
+            ) from None
         for key in ("tag", "group", "task_list"):
             cfg.pop(key, None)
         if "class" in cfg:
@@ -277,14 +320,18 @@ class TaskManager:
         raise JaxevalError(
             f"task '{entry.name}' is the Python class {name} (`class:` in its YAML); it has no "
             "YAML task config (load it with TaskManager.load, which drives the class)",
-            task=entry.name, file=str(entry.yaml_path) if entry.yaml_path else None, field="class")
+            task=entry.name,
+            file=str(entry.yaml_path) if entry.yaml_path else None,
+            field="class",
+        )
 
     def _class_config(self, entry: Entry, overrides: dict | None) -> tuple[type, dict]:
         cfg = self._full_config(entry, overrides)
         for key in ("tag", "group", "task_list"):
             cfg.pop(key, None)
-        cls = check_task_class(cfg["class"], task=entry.name,
-                               source=str(entry.yaml_path) if entry.yaml_path else None)
+        cls = check_task_class(
+            cfg["class"], task=entry.name, source=str(entry.yaml_path) if entry.yaml_path else None
+        )
         return cls, cfg
 
     def task_class(self, name: str) -> type:
@@ -296,8 +343,9 @@ class TaskManager:
         files = self.data_files.get(entry.name)
         if files is None and self.data_dir is not None:
             path, name = dataset_location(cls, cfg)
-            files = find_local_files(self.data_dir, dataset_path=path, dataset_name=name,
-                                     splits=list(CLASS_SPLITS))
+            files = find_local_files(
+                self.data_dir, dataset_path=path, dataset_name=name, splits=list(CLASS_SPLITS)
+            )
         if files:
             cls = with_local_data(cls, files)
         try:
@@ -307,9 +355,12 @@ class TaskManager:
         except Exception as e:
             raise JaxevalError(
                 f"building the lm-eval task class {cls.__module__}.{cls.__qualname__} failed "
-                f"({type(e).__name__}: {e})", task=entry.name,
-                file=str(entry.yaml_path) if entry.yaml_path else None, field="class",
-                hint="its hub dataset may be unreachable: pass --data_dir with its files") from None
+                f"({type(e).__name__}: {e})",
+                task=entry.name,
+                file=str(entry.yaml_path) if entry.yaml_path else None,
+                field="class",
+                hint="its hub dataset may be unreachable: pass --data_dir with its files",
+            ) from None
         return LmEvalTask(obj, name=entry.name)
 
     def _local_files(self, config: TaskConfig) -> dict[str, str] | None:
@@ -318,12 +369,26 @@ class TaskManager:
             return self.data_files[config.task]
         if self.data_dir is None:
             return None
-        splits = [s for s in (config.training_split, config.validation_split, config.test_split,
-                              config.fewshot.split) if s]
-        return find_local_files(self.data_dir, dataset_path=config.dataset_path,
-                                dataset_name=config.dataset_name, splits=list(dict.fromkeys(splits)))
+        splits = [
+            s
+            for s in (
+                config.training_split,
+                config.validation_split,
+                config.test_split,
+                config.fewshot.split,
+            )
+            if s
+        ]
+        return find_local_files(
+            self.data_dir,
+            dataset_path=config.dataset_path,
+            dataset_name=config.dataset_name,
+            splits=list(dict.fromkeys(splits)),
+        )
 
-    def _build_group(self, name: str, raw: dict, overrides: dict | None, *, source: Path | None) -> Group:
+    def _build_group(
+        self, name: str, raw: dict, overrides: dict | None, *, source: Path | None
+    ) -> Group:
         group_dict = {k: v for k, v in raw.items() if k in GROUP_FIELDS}
         group_dict["group"] = name
         gcfg = GroupConfig(**group_dict)
@@ -339,35 +404,53 @@ class TaskManager:
                 group.add(child)
         return group
 
-    def _build_member(self, item: Any, group: str, overrides: dict, source: Path | None) -> list[Any]:
+    def _build_member(
+        self, item: Any, group: str, overrides: dict, source: Path | None
+    ) -> list[Any]:
         if isinstance(item, dict) and "group" in item:
             child = item["group"]
             if child in self.index:
-                return [self._build(self.index[child], {**overrides, **{k: v for k, v in item.items()
-                                                                          if k != "group"}})]
+                return [
+                    self._build(
+                        self.index[child],
+                        {**overrides, **{k: v for k, v in item.items() if k != "group"}},
+                    )
+                ]
             return [self._build_group(f"{group}::{child}", item, overrides, source=source)]
         if isinstance(item, dict):
             if "task" not in item:
-                raise JaxevalError(f"a member of group '{group}' needs a 'task' or 'group' key",
-                                   file=str(source) if source else None, field="task")
+                raise JaxevalError(
+                    f"a member of group '{group}' needs a 'task' or 'group' key",
+                    file=str(source) if source else None,
+                    field="task",
+                )
             base, item_overrides = item["task"], {**overrides, **item}
         elif isinstance(item, str):
             base, item_overrides = item, overrides
         else:
-            raise JaxevalError(f"unsupported member {item!r} in group '{group}'",
-                               file=str(source) if source else None, field="task")
+            raise JaxevalError(
+                f"unsupported member {item!r} in group '{group}'",
+                file=str(source) if source else None,
+                field="task",
+            )
         if base not in self.index:
             if isinstance(item, str):
                 close = difflib.get_close_matches(base, list(self.index), n=3, cutoff=0.6)
-                raise JaxevalError(f"group '{group}' names unknown task '{base}'",
-                                   file=str(source) if source else None, field="task",
-                                   hint=f"did you mean {', '.join(map(repr, close))}?" if close else None)
+                raise JaxevalError(
+                    f"group '{group}' names unknown task '{base}'",
+                    file=str(source) if source else None,
+                    field="task",
+                    hint=f"did you mean {', '.join(map(repr, close))}?" if close else None,
+                )
             cfg = {**item_overrides, "task": f"{group}::{base}"}
             return [self._build_task(Entry(cfg["task"], Kind.TASK, None, cfg), None)]
         entry = self.index[base]
         if entry.kind is Kind.GROUP:
             return [self._build(entry, item_overrides)]
         if entry.kind is Kind.TAG:
-            return [self._build_task(self.index[n], {"task": n, **item_overrides})
-                    for n in sorted(entry.tags) if n in self.index]
+            return [
+                self._build_task(self.index[n], {"task": n, **item_overrides})
+                for n in sorted(entry.tags)
+                if n in self.index
+            ]
         return [self._build_task(entry, {"task": base, **item_overrides})]
