@@ -223,3 +223,67 @@ def test_the_leaderboard_group_resolves_to_39_tasks_that_all_build():
         config = tm.task_config(name)
         scoring.resolve_metrics(config)
         scoring.resolve_filters(config)
+
+
+@pytest.mark.slow
+def test_the_whole_leaderboard_group_matches_lm_eval(tmp_path):
+    """`--tasks leaderboard` with the chat template, on schema-valid docs for all 39 tasks (the six
+    above plus four per other task): every request, every task's and group's scores."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager as LmTaskManager
+
+    import jaxeval
+    from jaxeval.api.data import find_local_files
+    from jaxeval.api.task_manager import Kind, TaskManager
+
+    tm = TaskManager(catalogue=True)
+    names = [
+        n
+        for n, e in tm.index.items()
+        if e.kind is Kind.TASK and e.source == "lm-eval" and n.startswith("leaderboard_")
+    ]
+    cases = []
+    for name in sorted(names):
+        cfg = tm.task_config(name)
+        splits = [
+            s
+            for s in (cfg.training_split, cfg.validation_split, cfg.test_split, cfg.fewshot.split)
+            if s
+        ]
+        found = find_local_files(
+            str(DATA), dataset_path=cfg.dataset_path, dataset_name=cfg.dataset_name, splits=splits
+        )
+        assert found, name
+        rel = os.path.relpath(tm.index[name].yaml_path, tm.catalogue_dir)
+        cases.append(Case(name, rel, DATA, {s: os.path.relpath(p, DATA) for s, p in found.items()}))
+    assert len(cases) == 39
+    write_lm_eval_overrides(cases, tmp_path)
+    common = dict(
+        limit=4,
+        bootstrap_iters=100,
+        log_samples=False,
+        apply_chat_template=True,
+        fewshot_as_multiturn=True,
+    )
+    their_log, our_log = fake_lm.RequestLog(), fake_lm.RequestLog()
+    theirs = lm_eval.simple_evaluate(
+        model=with_chat(fake_lm.make_lm_eval_lm(their_log, list(GENERATIONS))),
+        tasks=["leaderboard"],
+        task_manager=LmTaskManager(include_path=str(tmp_path)),
+        **common,
+    )
+    ours = jaxeval.simple_evaluate(
+        model=with_chat(fake_lm.make_jaxeval_lm(our_log, list(GENERATIONS))),
+        tasks=["leaderboard"],
+        task_manager=TaskManager(data_dir=str(DATA)),
+        **common,
+    )
+    assert_same_requests(our_log, their_log)
+    assert set(ours["results"]) == set(theirs["results"])
+    for name, theirs_row in theirs["results"].items():
+        ours_row = ours["results"][name]
+        for key, value in theirs_row.items():
+            if "," in key and "_stderr" not in key:
+                assert ours_row[key] == pytest.approx(value, rel=1e-12, abs=1e-12), (name, key)
+    assert set(ours["groups"]) == set(theirs["groups"])
+    assert ours["group_subtasks"] == theirs["group_subtasks"]
