@@ -117,6 +117,10 @@ class LmEvalTask:
         for key, value in changes.items():
             self.obj.set_config(key=key, value=value)
 
+    def override_metric(self, metric_name: str) -> None:
+        """`--predict_only`: lm-eval's own override (every metric becomes `metric_name`)."""
+        self.obj.override_metric(metric_name)
+
     def set_fewshot_seed(self, seed: int | None) -> None:
         self.obj.set_fewshot_seed(seed=seed)
 

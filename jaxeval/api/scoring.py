@@ -226,6 +226,10 @@ def override_metric(task: Task, metric_name: str) -> None:
     """`--predict_only`: replace every metric with one (lm-eval's `override_metric`)."""
     from jaxeval.metrics import AGGREGATIONS, METRICS
 
+    if hasattr(task, "override_metric"):  # an lm-eval `class:` task (LmEvalTask) does its own
+        task.override_metric(metric_name)
+        return
+
     m = METRICS.get(metric_name)
     task.metrics = {metric_name: m.fn}
     task.metric_kwargs = {metric_name: {}}

@@ -78,6 +78,31 @@ def test_class_task_matches_lm_eval(tmp_path):
     ]
 
 
+def test_class_task_predict_only_as_lm_eval(tmp_path):
+    """--predict_only calls the class's own override_metric, so a class that overrides
+    process_results keeps its metric, exactly as in lm-eval."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager as LmTaskManager
+
+    import jaxeval
+    from jaxeval.api.task_manager import TaskManager
+
+    common = dict(tasks=["squad_completion"], limit=3, predict_only=True, bootstrap_iters=0)
+    theirs = lm_eval.simple_evaluate(
+        model=fake_lm.make_lm_eval_lm(None, GENERATIONS),
+        task_manager=LmTaskManager(include_path=str(_lm_eval_local_task(tmp_path))),
+        **common,
+    )
+    ours = jaxeval.simple_evaluate(
+        model=fake_lm.make_jaxeval_lm(None, GENERATIONS),
+        task_manager=TaskManager(data_dir=str(DATA)),
+        **common,
+    )
+    a, b = ours["results"]["squad_completion"], theirs["results"]["squad_completion"]
+    assert {k for k in a if "," in k} == {k for k in b if "," in k}
+    assert len(ours["samples"]["squad_completion"]) == 3
+
+
 def test_a_class_that_is_not_an_lm_eval_task_is_named(tmp_path):
     from jaxeval.api.task_manager import TaskManager
 
