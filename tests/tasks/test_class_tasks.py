@@ -41,9 +41,15 @@ def _lm_eval_local_task(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_class_task_matches_lm_eval(tmp_path):
-    import lm_eval
+@pytest.fixture(scope="module")
+def lm_eval_tm(tmp_path_factory):
     from lm_eval.tasks import TaskManager as LmTaskManager
+
+    return LmTaskManager(include_path=str(_lm_eval_local_task(tmp_path_factory.mktemp("cls"))))
+
+
+def test_class_task_matches_lm_eval(lm_eval_tm):
+    import lm_eval
 
     import jaxeval
     from jaxeval.api.lm_eval_task import LmEvalTask
@@ -57,7 +63,7 @@ def test_class_task_matches_lm_eval(tmp_path):
     theirs = lm_eval.simple_evaluate(
         model=fake_lm.make_lm_eval_lm(their_log, GENERATIONS),
         tasks=["squad_completion"],
-        task_manager=LmTaskManager(include_path=str(_lm_eval_local_task(tmp_path))),
+        task_manager=lm_eval_tm,
         **common,
     )
     ours = jaxeval.simple_evaluate(
@@ -78,11 +84,10 @@ def test_class_task_matches_lm_eval(tmp_path):
     ]
 
 
-def test_class_task_predict_only_as_lm_eval(tmp_path):
+def test_class_task_predict_only_as_lm_eval(lm_eval_tm):
     """--predict_only calls the class's own override_metric, so a class that overrides
     process_results keeps its metric, exactly as in lm-eval."""
     import lm_eval
-    from lm_eval.tasks import TaskManager as LmTaskManager
 
     import jaxeval
     from jaxeval.api.task_manager import TaskManager
@@ -90,7 +95,7 @@ def test_class_task_predict_only_as_lm_eval(tmp_path):
     common = dict(tasks=["squad_completion"], limit=3, predict_only=True, bootstrap_iters=0)
     theirs = lm_eval.simple_evaluate(
         model=fake_lm.make_lm_eval_lm(None, GENERATIONS),
-        task_manager=LmTaskManager(include_path=str(_lm_eval_local_task(tmp_path))),
+        task_manager=lm_eval_tm,
         **common,
     )
     ours = jaxeval.simple_evaluate(
