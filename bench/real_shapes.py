@@ -1,0 +1,105 @@
+"""Random-weight checkpoints with the exact shapes of real models, built offline, cached on disk.
+
+    python bench/real_shapes.py smollm2-135m        -> ~/.cache/jaxeval/bench/smollm2-135m
+    python bench/real_shapes.py llama-1b            -> ~/.cache/jaxeval/bench/llama-1b
+
+Shapes (config.json as transformers writes it; `from_config` + `save_pretrained`, float32):
+
+    smollm2-135m  llama, 30 layers, width 576, 9 heads / 3 kv heads, FFN 1536, vocab 49,152, tied,
+                  rope_theta 100000, max_position_embeddings 8192                (134.5M params)
+    llama-1b      Llama-3.2-1B: 16 layers, width 2048, 32 heads / 8 kv heads, FFN 8192,
+                  vocab 128,256, tied, rope_theta 500000, max_position_embeddings 131072 (1.24B)
+
+The tokenizer is a byte-level BPE trained on the shared data (16,384 tokens, GPT-2 style: no BOS
+added, `<|endoftext|>` is BOS/EOS, like SmolLM2's). Its ids are a prefix of the model's vocabulary;
+the embedding and head keep the real vocabulary size, which is what sets their cost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+
+DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+CACHE = pathlib.Path(os.environ.get("JAXEVAL_BENCH_CACHE", "~/.cache/jaxeval/bench")).expanduser()
+TOKENIZER_VOCAB = 16384
+
+SHAPES = {
+    "smollm2-135m": dict(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        max_position_embeddings=8192,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+    ),
+    "llama-1b": dict(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+    ),
+}
+
+
+def _rows(path: pathlib.Path, n: int) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for _, line in zip(range(n), f)]
+
+
+def tokenizer_dir() -> str:
+    """The shared BPE tokenizer (trained once on WikiText, LAMBADA and ARC text)."""
+    from jaxeval.tiny import train_tokenizer
+
+    out = CACHE / "tokenizer"
+    if (out / "tokenizer.json").exists():
+        return str(out)
+    texts = [
+        r["page"] for r in _rows(DATA / "wikitext_document_level/wikitext-2-raw-v1/test.jsonl", 62)
+    ]
+    texts += [r["text"] for r in _rows(DATA / "lambada_openai/test.jsonl", 5153)]
+    texts += [
+        r["question"] + " " + " ".join(r["choices"]["text"])
+        for r in _rows(DATA / "ai2_arc/ARC-Easy/validation.jsonl", 570)
+    ]
+    return train_tokenizer(texts, str(out), style="gpt2", vocab_size=TOKENIZER_VOCAB)
+
+
+def build(name: str) -> str:
+    """The checkpoint directory for `name`, written on first use (seeded random weights)."""
+    out = CACHE / name
+    if (out / "config.json").exists() and any(out.glob("*.safetensors")):
+        return str(out)
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir())
+    config = LlamaConfig(
+        **SHAPES[name],
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:] or ["smollm2-135m"]:
+        print(build(arg))
