@@ -16,33 +16,14 @@ from __future__ import annotations
 import json
 import time
 
-from tests.e2e.real_model import CASES, OVERRIDES, data_files, golden_path, model_args, model_path
+from tests.e2e.real_model import CASES, golden_path, run_jaxeval
 
 
 def _run(dtype: str) -> dict:
-    import jaxeval
-    from jaxeval.api.task_manager import TaskManager
-
-    tm = TaskManager(data_files={task: data_files(task) for task in CASES})
     out = {}
-    for task, (_, _, shots, limit) in CASES.items():
-        spec = {"task": task, **OVERRIDES[task]} if task in OVERRIDES else task
-        res = jaxeval.simple_evaluate(
-            model="jax",
-            model_args=model_args(model_path(), dtype),
-            tasks=[spec],
-            num_fewshot=shots,
-            limit=limit,
-            bootstrap_iters=0,
-            log_samples=True,
-            task_manager=tm,
-        )
-        out[task] = {
-            "results": {
-                k: v for k, v in res["results"][task].items() if "," in k and "stderr" not in k
-            },
-            "samples": [{"resps": s["resps"]} for s in res["samples"][task]],
-        }
+    for task in CASES:
+        metrics, samples = run_jaxeval(task, dtype)
+        out[task] = {"results": metrics, "samples": [{"resps": s["resps"]} for s in samples]}
     return out
 
 

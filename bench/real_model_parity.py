@@ -16,14 +16,11 @@ from __future__ import annotations
 import json
 import time
 
-from tests.e2e.real_model import CASES, DEMO_TASK, VARIANTS, base_and_flags, golden_path
+from tests.e2e.real_model import CASES, DEMO_TASK, VARIANTS, golden_path, run_jaxeval
 
 
 def main() -> None:
-    import jaxeval
-    from jaxeval.api.task_manager import TaskManager
     from jaxeval.demo import parse_args, run_demo
-    from tests.e2e.real_model import data_files, model_args, model_path
 
     start = time.time()
     demo, _, _ = run_demo(parse_args([]), log_samples=True)
@@ -31,20 +28,7 @@ def main() -> None:
         key: (demo["results"][DEMO_TASK[key]], demo["samples"][DEMO_TASK[key]]) for key in CASES
     }
     for key in VARIANTS:
-        task, flags = base_and_flags(key)
-        _, _, shots, limit = CASES[task]
-        res = jaxeval.simple_evaluate(
-            model="jax",
-            model_args=model_args(model_path(), "float32"),
-            tasks=[task],
-            num_fewshot=shots,
-            limit=limit,
-            bootstrap_iters=0,
-            log_samples=True,
-            task_manager=TaskManager(data_files={task: data_files(task)}),
-            **flags,
-        )
-        runs[key] = (res["results"][task], res["samples"][task])
+        runs[key] = run_jaxeval(key)
     print(f"(jaxeval: {time.time() - start:.0f}s)\n")
     golden = json.loads(golden_path("float32").read_text())
     print(

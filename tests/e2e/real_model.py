@@ -81,6 +81,28 @@ def model_args(path: str, dtype: str) -> str:
     return f"pretrained={os.path.dirname(path)},gguf_file={os.path.basename(path)},dtype={dtype}"
 
 
+def run_jaxeval(key: str, dtype: str = "float32") -> tuple[dict, list]:
+    """(metrics, samples) of one case or variant run alone through jaxeval on the cached model."""
+    import jaxeval
+    from jaxeval.api.task_manager import TaskManager
+
+    task, flags = base_and_flags(key)
+    _, _, shots, limit = CASES[task]
+    spec = {"task": task, **OVERRIDES[task]} if task in OVERRIDES else task
+    res = jaxeval.simple_evaluate(
+        model="jax",
+        model_args=model_args(model_path(), dtype),
+        tasks=[spec],
+        num_fewshot=shots,
+        limit=limit,
+        bootstrap_iters=0,
+        log_samples=True,
+        task_manager=TaskManager(data_files={task: data_files(task)}),
+        **flags,
+    )
+    return res["results"][task], res["samples"][task]
+
+
 def compact_samples(samples: list[dict]) -> list[dict]:
     """What the comparison needs from a samples list: doc id, request arguments, raw answers."""
     out = []

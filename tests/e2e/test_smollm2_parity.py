@@ -23,11 +23,10 @@ from tests.e2e.real_model import (
     CASES,
     DEMO_TASK,
     VARIANTS,
-    base_and_flags,
     data_files,
     golden_path,
-    model_args,
     model_path,
+    run_jaxeval,
 )
 
 pytestmark = [pytest.mark.slow]
@@ -142,31 +141,14 @@ def demo_run(gguf_path) -> tuple[dict, str]:
 
 
 @pytest.fixture(scope="module")
-def chat_run(gguf_path) -> dict:
-    import jaxeval
-    from jaxeval.api.task_manager import TaskManager
-
-    task, flags = base_and_flags("gsm8k_chat")
-    _, _, shots, limit = CASES[task]
-    return jaxeval.simple_evaluate(
-        model="jax",
-        model_args=model_args(gguf_path, "float32"),
-        tasks=[task],
-        num_fewshot=shots,
-        limit=limit,
-        bootstrap_iters=0,
-        log_samples=True,
-        task_manager=TaskManager(data_files={task: data_files(task)}),
-        **flags,
-    )
+def chat_run(gguf_path) -> tuple[dict, list]:
+    return run_jaxeval("gsm8k_chat")
 
 
 def _ours(key: str, demo_run, request) -> tuple[dict, list]:
     """(metrics, samples) of one golden key from our run of it."""
     if key in VARIANTS:
-        res = request.getfixturevalue("chat_run")
-        task = base_and_flags(key)[0]
-        return res["results"][task], res["samples"][task]
+        return request.getfixturevalue("chat_run")
     results = demo_run[0]
     return results["results"][DEMO_TASK[key]], results["samples"][DEMO_TASK[key]]
 
