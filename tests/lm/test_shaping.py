@@ -124,6 +124,15 @@ def test_docstring_examples():
     assert _remainder_options(11, 32, 1) == [(11, [8, 2, 1]), (12, [8, 4]), (16, [16]), (32, [32])]
 
 
+def test_multiple_choice_rows_keep_the_small_point_bucket():
+    """Shapes are merged to save compilations, but not into a bucket with twice the score points:
+    the LM head runs at every point of a bucket."""
+    buckets = fitted_buckets(max_length=8192, token_budget=8192)
+    plan = plan_batches(_workload("mc_0shot", 100, 8192), buckets)
+    points = sum(b.bucket.rows * b.bucket.points for b in plan.batches)
+    assert points * 2 <= plan.computed_tokens and plan.efficiency >= 0.9
+
+
 def test_last_batch_is_cut_to_its_rows_and_traded_for_shapes_above_the_floor():
     bucket = Bucket(length=64, points=8, rows=32)
     buckets = fitted_buckets(max_length=64, token_budget=2048)
