@@ -74,12 +74,23 @@ def dequantizable_types() -> dict[int, str]:
 
 
 class _Cursor:
-    """Sequential little-endian reads over a bytes-like buffer."""
+    """Sequential little-endian reads over the start of a file, read in growing chunks.
 
-    def __init__(self, buf: Any, path: str):
-        self.buf, self.pos, self.path = buf, 0, path
+    (Plain bytes, not memmap slices: a 49k-token vocabulary is ~200k small reads.)
+    """
+
+    def __init__(self, path: str, chunk: int = 4 << 20):
+        self.path, self.pos = path, 0
+        self.size = os.path.getsize(path)
+        self.chunk = chunk
+        with open(path, "rb") as f:
+            self.buf = f.read(chunk)
 
     def take(self, n: int) -> bytes:
+        while self.pos + n > len(self.buf) and len(self.buf) < self.size:
+            self.chunk *= 2
+            with open(self.path, "rb") as f:
+                self.buf = f.read(self.chunk)
         if self.pos + n > len(self.buf):
             raise JaxevalError(
                 "the GGUF header is truncated",
@@ -88,7 +99,7 @@ class _Cursor:
             )
         out = self.buf[self.pos : self.pos + n]
         self.pos += n
-        return bytes(out)
+        return out
 
     def scalar(self, fmt: str) -> Any:
         return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
@@ -133,14 +144,15 @@ class GGUFFile:
                 file=path,
                 hint="pass pretrained=DIR,gguf_file=NAME.gguf or a path to a .gguf file",
             )
-        self._map = np.memmap(path, dtype=np.uint8, mode="r")
-        cur = _Cursor(self._map, path)
-        if cur.take(4) != _MAGIC:
+        cur = _Cursor(path)
+        if cur.buf[:4] != _MAGIC:
             raise JaxevalError(
                 "not a GGUF file (no 'GGUF' magic at its start)",
                 file=path,
                 hint="pass a .gguf file written by llama.cpp or the gguf package",
             )
+        cur.take(4)
+        self._map = np.memmap(path, dtype=np.uint8, mode="r")
         self.version = cur.scalar("<I")
         if self.version not in (2, 3):
             raise JaxevalError(

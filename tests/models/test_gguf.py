@@ -158,6 +158,10 @@ def test_bad_files_are_clear_errors(tmp_path):
     not_gguf.write_bytes(b"NOPE" + b"\0" * 64)
     with pytest.raises(JaxevalError, match="not a GGUF file"):
         GGUFFile(str(not_gguf))
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    with pytest.raises(JaxevalError, match="not a GGUF file"):
+        GGUFFile(str(empty))
     good = _write(str(tmp_path / "g.gguf"), {"w": (np.ones((2, 32), np.float32), None, None)})
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(open(good, "rb").read()[:40])
