@@ -11,7 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["simple_evaluate", "evaluate", "TaskManager", "JaxevalError", "Instance", "LM", "__version__"]
+__all__ = [
+    "simple_evaluate",
+    "evaluate",
+    "TaskManager",
+    "JaxevalError",
+    "Instance",
+    "LM",
+    "__version__",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from jaxeval.api.instance import Instance

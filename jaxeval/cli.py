@@ -46,12 +46,15 @@ def _batch_size(text: str) -> str | int:
         if not ok:
             raise argparse.ArgumentTypeError(
                 f"--batch_size {text!r}: in 'auto:N', N is how many times to re-estimate the batch "
-                "size and must be a positive integer (e.g. auto:4)")
+                "size and must be a positive integer (e.g. auto:4)"
+            )
         return text
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--batch_size {text!r}: give an integer, 'auto' or 'auto:N'") from None
+        raise argparse.ArgumentTypeError(
+            f"--batch_size {text!r}: give an integer, 'auto' or 'auto:N'"
+        ) from None
     if value < 1:
         raise argparse.ArgumentTypeError("--batch_size must be at least 1")
     return value
@@ -79,7 +82,9 @@ def _seeds(text: str) -> list[int | None]:
         try:
             out.append(int(p))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"--seed value {p!r} is not an integer or None") from None
+            raise argparse.ArgumentTypeError(
+                f"--seed value {p!r} is not an integer or None"
+            ) from None
     return out
 
 
@@ -98,8 +103,18 @@ def run_parser() -> argparse.ArgumentParser:
     a("--limit", "-L", type=_limit, default=None)
     a("--samples", "-E", default=None, help='JSON {"task": [doc indices]} or a file holding it')
     a("--use_cache", "-c", default=None, help="sqlite response cache path prefix")
-    a("--cache_requests", nargs="?", const="true", choices=["true", "refresh", "delete"], default=None)
-    a("--check_integrity", action="store_true", help="validate the tasks (render every request) first")
+    a(
+        "--cache_requests",
+        nargs="?",
+        const="true",
+        choices=["true", "refresh", "delete"],
+        default=None,
+    )
+    a(
+        "--check_integrity",
+        action="store_true",
+        help="validate the tasks (render every request) first",
+    )
     a("--write_out", "-w", action="store_true")
     a("--log_samples", "-s", action="store_true")
     a("--system_instruction", default=None)
@@ -107,7 +122,11 @@ def run_parser() -> argparse.ArgumentParser:
     a("--fewshot_as_multiturn", nargs="?", const=True, type=_bool_flag, default=None)
     a("--show_config", action="store_true")
     a("--include_path", default=None)
-    a("--data_dir", default=None, help="local copies of hub datasets, laid out DIR/<repo>/[<config>/]<split>.jsonl")
+    a(
+        "--data_dir",
+        default=None,
+        help="local copies of hub datasets, laid out DIR/<repo>/[<config>/]<split>.jsonl",
+    )
     a("--gen_kwargs", nargs="*", default=None, help="k=v pairs merged into every generation task")
     a("--verbosity", "-v", default=None)
     a("--predict_only", "-x", action="store_true")
@@ -116,12 +135,18 @@ def run_parser() -> argparse.ArgumentParser:
     a("--confirm_run_unsafe_code", action="store_true")
     a("--metadata", default=None, help="JSON merged into every task's metadata")
     a("--bootstrap_iters", type=int, default=100000)
-    a("--compilation_cache", default=None,
-      help="directory of JAX's persistent compilation cache, or 'off' (default: "
-           "$JAXEVAL_COMPILATION_CACHE, else ~/.cache/jaxeval/xla)")
-    a("--distributed", action="store_true",
-      help="join a multi-process run (jax.distributed; JAXEVAL_COORDINATOR etc. or auto-detected); "
-           "implied when JAXEVAL_COORDINATOR is set")
+    a(
+        "--compilation_cache",
+        default=None,
+        help="directory of JAX's persistent compilation cache, or 'off' (default: "
+        "$JAXEVAL_COMPILATION_CACHE, else ~/.cache/jaxeval/xla)",
+    )
+    a(
+        "--distributed",
+        action="store_true",
+        help="join a multi-process run (jax.distributed; JAXEVAL_COORDINATOR etc. or auto-detected); "
+        "implied when JAXEVAL_COORDINATOR is set",
+    )
     for flag in UNSUPPORTED:
         a(flag, nargs="*", default=None, help=argparse.SUPPRESS)
     return p
@@ -134,9 +159,11 @@ UNSUPPORTED = ("--wandb_args", "--wandb_config_args", "--trackio_args", "--hf_hu
 def _reject_unsupported(args: argparse.Namespace) -> None:
     for flag in UNSUPPORTED:
         if getattr(args, flag.lstrip("-")) is not None:
-            raise JaxevalError(f"{flag} is not supported by jaxeval (it uploads results to an outside service)",
-                               field=flag.lstrip("-"),
-                               hint="write results with --output_path and upload them with your own tooling")
+            raise JaxevalError(
+                f"{flag} is not supported by jaxeval (it uploads results to an outside service)",
+                field=flag.lstrip("-"),
+                hint="write results with --output_path and upload them with your own tooling",
+            )
 
 
 def _select_device(device: str | None) -> None:
@@ -144,10 +171,15 @@ def _select_device(device: str | None) -> None:
     if not device:
         return
     platform = device.split(":")[0].lower()
-    platform = {"cuda": "cuda", "gpu": "cuda", "cpu": "cpu", "tpu": "tpu", "mps": None}.get(platform)
+    platform = {"cuda": "cuda", "gpu": "cuda", "cpu": "cpu", "tpu": "tpu", "mps": None}.get(
+        platform
+    )
     if platform is None:
-        raise JaxevalError(f"--device {device!r} is not a JAX platform", field="device",
-                           hint="use cpu, cuda (or gpu) or tpu; jaxeval shards over every device of that platform")
+        raise JaxevalError(
+            f"--device {device!r} is not a JAX platform",
+            field="device",
+            hint="use cpu, cuda (or gpu) or tpu; jaxeval shards over every device of that platform",
+        )
     import jax
 
     jax.config.update("jax_platforms", platform)
@@ -180,8 +212,10 @@ def _parse_samples(text: str | None) -> dict[str, list[int]] | None:
     except json.JSONDecodeError as e:
         raise JaxevalError(f"--samples is not valid JSON: {e}", field="samples") from None
     if not isinstance(value, dict) or not all(isinstance(v, list) for v in value.values()):
-        raise JaxevalError('--samples must map task names to lists of indices, e.g. {"arc_easy": [0, 3]}',
-                           field="samples")
+        raise JaxevalError(
+            '--samples must map task names to lists of indices, e.g. {"arc_easy": [0, 3]}',
+            field="samples",
+        )
     return value
 
 
@@ -206,13 +240,19 @@ def cmd_run(argv: list[str]) -> int:
     if args.verbosity:
         logging.getLogger().setLevel(args.verbosity.upper())
     if not args.tasks:
-        raise JaxevalError("no tasks given", field="tasks", hint="pass --tasks, or run `jaxeval ls tasks`")
+        raise JaxevalError(
+            "no tasks given", field="tasks", hint="pass --tasks, or run `jaxeval ls tasks`"
+        )
     if args.predict_only:
         args.log_samples = True
     if args.log_samples and not args.output_path:
-        raise JaxevalError("--log_samples (and --predict_only) need --output_path", field="output_path")
+        raise JaxevalError(
+            "--log_samples (and --predict_only) need --output_path", field="output_path"
+        )
     if args.fewshot_as_multiturn and not args.apply_chat_template:
-        raise JaxevalError("--fewshot_as_multiturn needs --apply_chat_template", field="fewshot_as_multiturn")
+        raise JaxevalError(
+            "--fewshot_as_multiturn needs --apply_chat_template", field="fewshot_as_multiturn"
+        )
     fewshot_as_multiturn = args.fewshot_as_multiturn
     if fewshot_as_multiturn is None:
         fewshot_as_multiturn = bool(args.apply_chat_template)
@@ -224,8 +264,11 @@ def cmd_run(argv: list[str]) -> int:
         # refuses without this variable, even while the helper is imported
         os.environ.setdefault("HF_ALLOW_CODE_EVAL", "1")
     metadata = json.loads(args.metadata) if args.metadata else None
-    task_list = [t.strip() for t in args.tasks.split(",") if t.strip()] if isinstance(args.tasks, str) \
+    task_list = (
+        [t.strip() for t in args.tasks.split(",") if t.strip()]
+        if isinstance(args.tasks, str)
         else list(args.tasks)
+    )
     gen_kwargs = ",".join(args.gen_kwargs) if args.gen_kwargs else None
     meta = {**parse_model_args(args.model_args), **(metadata or {})}
     tm = TaskManager(args.include_path, metadata=meta, data_dir=args.data_dir)
@@ -236,16 +279,33 @@ def cmd_run(argv: list[str]) -> int:
         _validate(tm, task_list)
     start = time.time()
     results = simple_evaluate(
-        model=args.model, model_args=args.model_args, tasks=task_list, num_fewshot=args.num_fewshot,
-        batch_size=args.batch_size, max_batch_size=args.max_batch_size, device=args.device,
-        use_cache=args.use_cache, cache_requests=args.cache_requests in ("true", "refresh", "delete"),
+        model=args.model,
+        model_args=args.model_args,
+        tasks=task_list,
+        num_fewshot=args.num_fewshot,
+        batch_size=args.batch_size,
+        max_batch_size=args.max_batch_size,
+        device=args.device,
+        use_cache=args.use_cache,
+        cache_requests=args.cache_requests in ("true", "refresh", "delete"),
         rewrite_requests_cache=args.cache_requests == "refresh",
-        delete_requests_cache=args.cache_requests == "delete", limit=args.limit, samples=samples, bootstrap_iters=args.bootstrap_iters,
-        write_out=args.write_out, log_samples=args.log_samples, system_instruction=args.system_instruction,
-        apply_chat_template=args.apply_chat_template, fewshot_as_multiturn=fewshot_as_multiturn,
-        gen_kwargs=gen_kwargs, task_manager=tm, predict_only=args.predict_only,
-        random_seed=args.seed[0], numpy_random_seed=args.seed[1], torch_random_seed=args.seed[2],
-        fewshot_random_seed=args.seed[3], confirm_run_unsafe_code=args.confirm_run_unsafe_code,
+        delete_requests_cache=args.cache_requests == "delete",
+        limit=args.limit,
+        samples=samples,
+        bootstrap_iters=args.bootstrap_iters,
+        write_out=args.write_out,
+        log_samples=args.log_samples,
+        system_instruction=args.system_instruction,
+        apply_chat_template=args.apply_chat_template,
+        fewshot_as_multiturn=fewshot_as_multiturn,
+        gen_kwargs=gen_kwargs,
+        task_manager=tm,
+        predict_only=args.predict_only,
+        random_seed=args.seed[0],
+        numpy_random_seed=args.seed[1],
+        torch_random_seed=args.seed[2],
+        fewshot_random_seed=args.seed[3],
+        confirm_run_unsafe_code=args.confirm_run_unsafe_code,
         metadata=metadata,
     )
     if results is None:  # another process of a multi-process run reports
@@ -254,13 +314,20 @@ def cmd_run(argv: list[str]) -> int:
         shown = {k: v for k, v in results.items() if k != "samples"}
         print(json.dumps(shown, indent=2, default=str, ensure_ascii=False))
     if args.output_path:
-        path = save_results(results, args.output_path, model_args=args.model_args, model_source=args.model,
-                            system_instruction=args.system_instruction,
-                            fewshot_as_multiturn=fewshot_as_multiturn if args.apply_chat_template else None,
-                            start_time=start)
+        path = save_results(
+            results,
+            args.output_path,
+            model_args=args.model_args,
+            model_source=args.model,
+            system_instruction=args.system_instruction,
+            fewshot_as_multiturn=fewshot_as_multiturn if args.apply_chat_template else None,
+            start_time=start,
+        )
         print(f"Results written to {path}")
-    print(f"{args.model} ({args.model_args}), gen_kwargs: ({gen_kwargs}), limit: {args.limit}, "
-          f"num_fewshot: {args.num_fewshot}, batch_size: {args.batch_size}")
+    print(
+        f"{args.model} ({args.model_args}), gen_kwargs: ({gen_kwargs}), limit: {args.limit}, "
+        f"num_fewshot: {args.num_fewshot}, batch_size: {args.batch_size}"
+    )
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))
@@ -279,14 +346,18 @@ def _validate(tm: Any, task_list: list[str]) -> None:
     loaded = tm.load(task_list)
     for task in loaded.tasks.values():
         task.build_all_requests(limit=None)
-        print(f"{task.name}: {len(task.instances)} requests from {len(task.eval_docs)} documents: OK")
+        print(
+            f"{task.name}: {len(task.instances)} requests from {len(task.eval_docs)} documents: OK"
+        )
 
 
 def cmd_ls(argv: list[str]) -> int:
     from jaxeval.api.task_manager import Kind, TaskManager
 
     p = argparse.ArgumentParser(prog="jaxeval ls")
-    p.add_argument("what", nargs="?", default="tasks", choices=["tasks", "groups", "tags", "subtasks"])
+    p.add_argument(
+        "what", nargs="?", default="tasks", choices=["tasks", "groups", "tags", "subtasks"]
+    )
     p.add_argument("--include_path", default=None)
     args = p.parse_args(argv)
     tm = TaskManager(args.include_path)
@@ -317,14 +388,21 @@ def cmd_demo(argv: list[str]) -> int:
     return demo_main(argv)
 
 
-COMMANDS = {"run": cmd_run, "ls": cmd_ls, "tasks": lambda argv: cmd_ls(["tasks", *argv]),
-            "validate": cmd_validate, "demo": cmd_demo}
+COMMANDS = {
+    "run": cmd_run,
+    "ls": cmd_ls,
+    "tasks": lambda argv: cmd_ls(["tasks", *argv]),
+    "validate": cmd_validate,
+    "demo": cmd_demo,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=os.environ.get("JAXEVAL_LOG_LEVEL", "WARNING").upper(),
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("JAXEVAL_LOG_LEVEL", "WARNING").upper(),
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0

@@ -42,14 +42,26 @@ def sample_size(num_docs: int, limit: int | float | None, task: str) -> int | No
     """lm-eval's `get_sample_size`, with out-of-range limits rejected instead of ignored."""
     if limit is None:
         return None
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0 or math.isnan(limit):
-        raise JaxevalError(f"--limit {limit!r} is out of range", task=task, field="limit",
-                           hint="give a positive integer (documents) or a fraction in (0, 1)")
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, (int, float))
+        or limit <= 0
+        or math.isnan(limit)
+    ):
+        raise JaxevalError(
+            f"--limit {limit!r} is out of range",
+            task=task,
+            field="limit",
+            hint="give a positive integer (documents) or a fraction in (0, 1)",
+        )
     if limit < 1.0:
         return int(math.ceil(num_docs * limit))
     if float(limit) != int(limit):
-        raise JaxevalError(f"--limit {limit!r} is neither a whole number nor a fraction below 1",
-                           task=task, field="limit")
+        raise JaxevalError(
+            f"--limit {limit!r} is neither a whole number nor a fraction below 1",
+            task=task,
+            field="limit",
+        )
     return int(limit)
 
 
@@ -109,14 +121,20 @@ def evaluate(
     tasks, groups = task_dict.tasks, task_dict.groups
     for name, task in tasks.items():
         if task.config.unsafe_code and not confirm_run_unsafe_code:
-            raise JaxevalError("the task runs untrusted code", task=name, field="unsafe_code",
-                               hint="pass --confirm_run_unsafe_code if you accept that")
+            raise JaxevalError(
+                "the task runs untrusted code",
+                task=name,
+                field="unsafe_code",
+                hint="pass --confirm_run_unsafe_code if you accept that",
+            )
         if task.config.doc_to_image is not None or task.config.doc_to_audio is not None:
             raise JaxevalError("multimodal tasks are not supported by jaxeval models", task=name)
     if samples:
         unknown = sorted(set(samples) - set(tasks))
         if unknown:
-            raise JaxevalError(f"--samples names tasks that are not being run: {unknown}", field="samples")
+            raise JaxevalError(
+                f"--samples names tasks that are not being run: {unknown}", field="samples"
+            )
     main = is_main_process(lm)
     limits: dict[str, int | None] = {}
     all_instances: list[Instance] = []
@@ -124,17 +142,24 @@ def evaluate(
     for name, task in tasks.items():
         limits[name] = sample_size(len(task.eval_docs), limit, name)
         task.build_all_requests(
-            limit=limits[name], samples=(samples or {}).get(name), rank=lm.rank, world_size=lm.world_size,
-            system_instruction=system_instruction, apply_chat_template=bool(apply_chat_template),
-            fewshot_as_multiturn=fewshot_as_multiturn, chat_template=chat,
+            limit=limits[name],
+            samples=(samples or {}).get(name),
+            rank=lm.rank,
+            world_size=lm.world_size,
+            system_instruction=system_instruction,
+            apply_chat_template=bool(apply_chat_template),
+            fewshot_as_multiturn=fewshot_as_multiturn,
+            chat_template=chat,
             # Other processes build the same requests afresh; only the main one touches the cache.
             cache_requests=_cache_mode(cache_requests, rewrite_requests_cache) if main else None,
             tokenizer_name=getattr(lm, "tokenizer_name", "") if apply_chat_template else "",
         )
         if write_out and main:
             first = task.instances[0]
-            print(f"Task: {name}; document {first.doc_id}; context prompt:\n{first.args[0]}\n"
-                  f"(end of prompt)\ntarget: {task.doc_to_target(first.doc)}\nRequest: {first}")
+            print(
+                f"Task: {name}; document {first.doc_id}; context prompt:\n{first.args[0]}\n"
+                f"(end of prompt)\ntarget: {task.doc_to_target(first.doc)}\nRequest: {first}"
+            )
         all_instances += task.instances
     run_requests(lm, all_instances)
     if not main:  # the main process holds every answer; nothing here is reported
@@ -150,10 +175,13 @@ def evaluate(
             insts.sort(key=lambda x: x.idx)
         indices = (samples or {}).get(name)
         for flt in task.instances[0].filtered_resps:
-            for doc_id, doc in task.doc_iterator(limit=limits[name], samples=indices,
-                                                 rank=lm.rank, world_size=lm.world_size):
+            for doc_id, doc in task.doc_iterator(
+                limit=limits[name], samples=indices, rank=lm.rank, world_size=lm.world_size
+            ):
                 reqs = by_doc[doc_id]
-                metrics = task.process_results(doc, [r.filtered_resps[flt] for r in reqs], doc_index=doc_id)
+                metrics = task.process_results(
+                    doc, [r.filtered_resps[flt] for r in reqs], doc_index=doc_id
+                )
                 if log_samples:
                     target = task.doc_to_target(doc)
                     record = {
@@ -165,8 +193,14 @@ def evaluate(
                         "filtered_resps": [r.filtered_resps[flt] for r in reqs],
                         "filter": flt,
                         "metrics": list(metrics),
-                        "doc_hash": _hash(json.dumps(reqs[0].doc, indent=2, default=handle_non_serializable,
-                                                     ensure_ascii=False)),
+                        "doc_hash": _hash(
+                            json.dumps(
+                                reqs[0].doc,
+                                indent=2,
+                                default=handle_non_serializable,
+                                ensure_ascii=False,
+                            )
+                        ),
                         "prompt_hash": _hash(reqs[0].arguments[0]),
                         "target_hash": _hash(str(target)),
                     }
@@ -191,8 +225,10 @@ def _reports(model: Any) -> bool:
 def _make_lm(model: Any, model_args: Any, batch_size: Any, max_batch_size: Any, device: Any) -> LM:
     if not isinstance(model, str):
         if not all(hasattr(model, m) for m in REQUEST_TYPES):
-            raise JaxevalError(f"model of type {type(model).__name__} is not a jaxeval LM",
-                               hint="pass a model name such as 'jax', or an object with the three request methods")
+            raise JaxevalError(
+                f"model of type {type(model).__name__} is not a jaxeval LM",
+                hint="pass a model name such as 'jax', or an object with the three request methods",
+            )
         return model
     import jaxeval.lm.jax_lm  # noqa: F401  (registers "jax" and "hf"; imported here to keep start-up light)
 
@@ -248,7 +284,9 @@ def simple_evaluate(
     if isinstance(gen_kwargs, str):
         gen_kwargs = parse_model_args(gen_kwargs, "gen_kwargs") or None
     if task_manager is None:
-        meta = parse_model_args(model_args) if isinstance(model_args, str) else dict(model_args or {})
+        meta = (
+            parse_model_args(model_args) if isinstance(model_args, str) else dict(model_args or {})
+        )
         task_manager = TaskManager(metadata={**meta, **(metadata or {})})
     try:
         loaded = task_manager.load(list(tasks))
@@ -258,7 +296,9 @@ def simple_evaluate(
         raise preflight.explain_unknown_task(e, task_manager) from None
     for task in loaded.tasks.values():
         if task.config.output_type == "generate_until" and gen_kwargs:
-            task.set_config(generation_kwargs={**(task.config.generation_kwargs or {}), **gen_kwargs})
+            task.set_config(
+                generation_kwargs={**(task.config.generation_kwargs or {}), **gen_kwargs}
+            )
         if predict_only:
             from jaxeval.api import scoring
 
@@ -273,8 +313,9 @@ def simple_evaluate(
         task.set_fewshot_seed(fewshot_random_seed)
     # Everything checkable without the model is checked before it loads (jaxeval/preflight.py).
     preflight.check_generation_kwargs(loaded.tasks)
-    preflight.check_tasks(loaded.tasks, limit=limit, samples=samples,
-                          fewshot_seed=fewshot_random_seed)
+    preflight.check_tasks(
+        loaded.tasks, limit=limit, samples=samples, fewshot_seed=fewshot_random_seed
+    )
     store = None
     if use_cache is not None and _reports(model):
         from jaxeval.cache import ResponseStore
@@ -290,11 +331,19 @@ def simple_evaluate(
 
         lm = response_cache(lm, store or f"{use_cache}_rank{lm.rank}.db")
     results = evaluate(
-        lm, loaded, limit=limit, samples=samples, cache_requests=cache_requests,
-        rewrite_requests_cache=rewrite_requests_cache, bootstrap_iters=bootstrap_iters,
-        write_out=write_out, log_samples=True if predict_only else log_samples,
-        system_instruction=system_instruction, apply_chat_template=apply_chat_template,
-        fewshot_as_multiturn=fewshot_as_multiturn, confirm_run_unsafe_code=confirm_run_unsafe_code,
+        lm,
+        loaded,
+        limit=limit,
+        samples=samples,
+        cache_requests=cache_requests,
+        rewrite_requests_cache=rewrite_requests_cache,
+        bootstrap_iters=bootstrap_iters,
+        write_out=write_out,
+        log_samples=True if predict_only else log_samples,
+        system_instruction=system_instruction,
+        apply_chat_template=apply_chat_template,
+        fewshot_as_multiturn=fewshot_as_multiturn,
+        confirm_run_unsafe_code=confirm_run_unsafe_code,
     )
     if results is None:
         return None
@@ -304,8 +353,9 @@ def simple_evaluate(
         "model_args": model_args,
         **(base.model_info() if hasattr(base, "model_info") else {}),
         "batch_size": batch_size,
-        "batch_sizes": list(getattr(base, "batch_sizes", {}).values()) if isinstance(
-            getattr(base, "batch_sizes", None), dict) else [],
+        "batch_sizes": list(getattr(base, "batch_sizes", {}).values())
+        if isinstance(getattr(base, "batch_sizes", None), dict)
+        else [],
         "device": device,
         "use_cache": use_cache,
         "limit": limit,
@@ -316,7 +366,9 @@ def simple_evaluate(
         "torch_seed": torch_random_seed,
         "fewshot_seed": fewshot_random_seed,
     }
-    if use_cache is not None and hasattr(lm, "cache_stats"):  # answers served from the file / computed
+    if use_cache is not None and hasattr(
+        lm, "cache_stats"
+    ):  # answers served from the file / computed
         results["config"]["response_cache"] = lm.cache_stats()
     from jaxeval.run_info import environment_info, tokenizer_info
 

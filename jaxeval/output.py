@@ -79,38 +79,54 @@ def atomic_write(path: Path, text: str) -> None:
 
 def _sample_line(sample: dict) -> str:
     sample = dict(sample)
-    sample["arguments"] = {f"gen_args_{i}": {f"arg_{j}": a for j, a in enumerate(args)}
-                           for i, args in enumerate(sample["arguments"])}
+    sample["arguments"] = {
+        f"gen_args_{i}": {f"arg_{j}": a for j, a in enumerate(args)}
+        for i, args in enumerate(sample["arguments"])
+    }
     sample["resps"] = sanitize_list(sample["resps"])
     sample["filtered_resps"] = sanitize_list(sample["filtered_resps"])
     sample["target"] = str(sample["target"])
     return json.dumps(sample, default=handle_non_serializable, ensure_ascii=False)
 
 
-def save_results(results: dict, output_path: str, *, model_args: Any, model_source: str,
-                 system_instruction: str | None = None, fewshot_as_multiturn: bool | None = None,
-                 chat_template: str | None = None, start_time: float | None = None) -> Path:
+def save_results(
+    results: dict,
+    output_path: str,
+    *,
+    model_args: Any,
+    model_source: str,
+    system_instruction: str | None = None,
+    fewshot_as_multiturn: bool | None = None,
+    chat_template: str | None = None,
+    start_time: float | None = None,
+) -> Path:
     """Writes samples jsonl files (if present in `results`) and the results JSON; returns its path."""
     results = dict(results)
     samples = results.pop("samples", None) or {}
     name = model_name(model_args)
     results["task_hashes"] = {
-        task: hashlib.sha256("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"]
-                                     for s in rows).encode("utf-8")).hexdigest()
+        task: hashlib.sha256(
+            "".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"] for s in rows).encode(
+                "utf-8"
+            )
+        ).hexdigest()
         for task, rows in samples.items()
     }
-    results.update({
-        "model_source": model_source,
-        "model_name": name,
-        "model_name_sanitized": sanitize_model_name(name),
-        "system_instruction": system_instruction,
-        "system_instruction_sha": _sha(system_instruction),
-        "fewshot_as_multiturn": fewshot_as_multiturn,
-        "chat_template": chat_template,
-        "chat_template_sha": _sha(chat_template),
-        "total_evaluation_time_seconds": None if start_time is None else str(
-            datetime.datetime.now().timestamp() - start_time),
-    })
+    results.update(
+        {
+            "model_source": model_source,
+            "model_name": name,
+            "model_name_sanitized": sanitize_model_name(name),
+            "system_instruction": system_instruction,
+            "system_instruction_sha": _sha(system_instruction),
+            "fewshot_as_multiturn": fewshot_as_multiturn,
+            "chat_template": chat_template,
+            "chat_template_sha": _sha(chat_template),
+            "total_evaluation_time_seconds": None
+            if start_time is None
+            else str(datetime.datetime.now().timestamp() - start_time),
+        }
+    )
     date_id = datetime.datetime.now().isoformat().replace(":", "-")
     path = Path(output_path)
     if path.suffix == ".json":
@@ -120,13 +136,17 @@ def save_results(results: dict, output_path: str, *, model_args: Any, model_sour
         results_file = folder / f"results_{date_id}.json"
     text = json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False)
     for task, rows in samples.items():
-        atomic_write(folder / f"samples_{task}_{date_id}.jsonl",
-                     "".join(_sample_line(r) + "\n" for r in rows))
+        atomic_write(
+            folder / f"samples_{task}_{date_id}.jsonl",
+            "".join(_sample_line(r) + "\n" for r in rows),
+        )
     atomic_write(results_file, text)
     return results_file
 
 
-def _hierarchy(group_subtasks: dict[str, list[str]], keys: set[str]) -> tuple[dict[str, int], list[str]]:
+def _hierarchy(
+    group_subtasks: dict[str, list[str]], keys: set[str]
+) -> tuple[dict[str, int], list[str]]:
     depth: dict[str, int] = {}
     order: list[str] = []
 
@@ -147,8 +167,17 @@ def _hierarchy(group_subtasks: dict[str, list[str]], keys: set[str]) -> tuple[di
 
 def make_table(results: dict, column: str = "results") -> str:
     """The markdown table lm-eval prints: Tasks|Version|Filter|n-shot|Metric| |Value| |Stderr."""
-    headers = ["Groups" if column == "groups" else "Tasks", "Version", "Filter", "n-shot", "Metric",
-               "", "Value", "", "Stderr"]
+    headers = [
+        "Groups" if column == "groups" else "Tasks",
+        "Version",
+        "Filter",
+        "n-shot",
+        "Metric",
+        "",
+        "Value",
+        "",
+        "Stderr",
+    ]
     rows: list[list[str]] = []
     depth, order = _hierarchy(results.get("group_subtasks", {}), set(results[column]))
     for key in order:
@@ -170,17 +199,40 @@ def make_table(results: dict, column: str = "results") -> str:
             se_key = f"{metric}_stderr,{flt}"
             if se_key in entry:
                 se = entry[se_key]
-                rows.append([name, version, flt, shots, metric, arrow, shown, "±",
-                             "   N/A" if se == "N/A" else f"{se:.4f}"])
+                rows.append(
+                    [
+                        name,
+                        version,
+                        flt,
+                        shots,
+                        metric,
+                        arrow,
+                        shown,
+                        "±",
+                        "   N/A" if se == "N/A" else f"{se:.4f}",
+                    ]
+                )
             else:
                 rows.append([name, version, flt, shots, metric, arrow, shown, "", ""])
             name, version = "", ""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
     right = {6, 8}
 
     def line(cells: list[str]) -> str:
-        return "|" + "|".join((c.rjust(w) if i in right else c.ljust(w)) for i, (c, w) in
-                              enumerate(zip(cells, widths))) + "|"
+        return (
+            "|"
+            + "|".join(
+                (c.rjust(w) if i in right else c.ljust(w))
+                for i, (c, w) in enumerate(zip(cells, widths))
+            )
+            + "|"
+        )
 
-    sep = "|" + "|".join(("-" * (w - 1) + ":") if i in right else "-" * w for i, w in enumerate(widths)) + "|"
+    sep = (
+        "|"
+        + "|".join(("-" * (w - 1) + ":") if i in right else "-" * w for i, w in enumerate(widths))
+        + "|"
+    )
     return "\n".join([line(headers), sep, *(line(r) for r in rows)]) + "\n"

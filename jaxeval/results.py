@@ -25,7 +25,9 @@ class TaskAccumulator:
     samples: list[dict] = dataclasses.field(default_factory=list)
 
 
-def task_aggregates(acc: TaskAccumulator, bootstrap_iters: int | None) -> tuple[dict[str, Any], int]:
+def task_aggregates(
+    acc: TaskAccumulator, bootstrap_iters: int | None
+) -> tuple[dict[str, Any], int]:
     from jaxeval.metrics import AGGREGATIONS, stderr_for_aggregation
 
     out: dict[str, Any] = {}
@@ -66,14 +68,24 @@ def _groups_bottom_up(groups: dict[str, Group]) -> list[Group]:
     return order
 
 
-def build_results(accs: dict[str, TaskAccumulator], groups: dict[str, Group],
-                  bootstrap_iters: int | None, *, log_samples: bool) -> dict[str, Any]:
+def build_results(
+    accs: dict[str, TaskAccumulator],
+    groups: dict[str, Group],
+    bootstrap_iters: int | None,
+    *,
+    log_samples: bool,
+) -> dict[str, Any]:
     metrics: dict[str, dict] = {}
     configs, versions, n_shot, hib, n_samples, samples = {}, {}, {}, {}, {}, {}
     for name, acc in accs.items():
         agg, sample_len = task_aggregates(acc, bootstrap_iters)
         cfg = acc.task.dump_config()
-        metrics[name] = {"name": name, "alias": cfg.get("task_alias", name), "sample_len": sample_len, **agg}
+        metrics[name] = {
+            "name": name,
+            "alias": cfg.get("task_alias", name),
+            "sample_len": sample_len,
+            **agg,
+        }
         configs[name] = cfg
         versions[name] = acc.task.version
         n_shot[name] = cfg.get("num_fewshot", 0)
@@ -99,17 +111,21 @@ def build_results(accs: dict[str, TaskAccumulator], groups: dict[str, Group],
         if merged:
             hib[group.name] = merged
     results: dict[str, Any] = {"results": {k: dict(v) for k, v in metrics.items()}}
-    group_results = {k: dict(v) for k, v in metrics.items() if k in groups and groups[k].has_aggregation}
+    group_results = {
+        k: dict(v) for k, v in metrics.items() if k in groups and groups[k].has_aggregation
+    }
     if group_results:
         results["groups"] = group_results
-    results.update({
-        "group_subtasks": {g.name: g.child_names for g in all_groups},
-        "configs": dict(sorted(configs.items())),
-        "versions": dict(sorted(versions.items())),
-        "n-shot": dict(sorted(n_shot.items())),
-        "higher_is_better": dict(sorted(hib.items())),
-        "n-samples": n_samples,
-    })
+    results.update(
+        {
+            "group_subtasks": {g.name: g.child_names for g in all_groups},
+            "configs": dict(sorted(configs.items())),
+            "versions": dict(sorted(versions.items())),
+            "n-shot": dict(sorted(n_shot.items())),
+            "higher_is_better": dict(sorted(hib.items())),
+            "n-samples": n_samples,
+        }
+    )
     if log_samples:
         results["samples"] = samples
     return results

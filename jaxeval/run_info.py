@@ -17,8 +17,14 @@ def _version(pkg: str) -> str:
 
 def git_hash(path: str | None = None) -> str | None:
     try:
-        out = subprocess.run(["git", "describe", "--always"], cwd=path, capture_output=True,
-                             text=True, timeout=5, check=True)
+        out = subprocess.run(
+            ["git", "describe", "--always"],
+            cwd=path,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -31,7 +37,7 @@ def _static_info() -> dict[str, Any]:
     devices = jax.devices()
     return {
         "pretty_env_info": f"jax {jax.__version__}; {len(devices)} x {devices[0].device_kind} "
-                           f"({devices[0].platform}); processes {jax.process_count()}",
+        f"({devices[0].platform}); processes {jax.process_count()}",
         "transformers_version": _version("transformers"),
         "jax_version": jax.__version__,
         "jaxeval_version": _version("jaxeval"),

@@ -47,7 +47,9 @@ def train_tokenizer(
     if style == "llama":
         bos = sp["bos"]
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+            single=f"{bos} $A",
+            pair=f"{bos} $A {bos} $B",
+            special_tokens=[(bos, tok.token_to_id(bos))],
         )
     else:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)

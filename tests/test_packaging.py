@@ -32,8 +32,9 @@ print(json.dumps({
 def _check(env: dict, cwd: str) -> dict:
     import json
 
-    out = subprocess.run([sys.executable, "-c", CHECK], env=env, cwd=cwd, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK], env=env, cwd=cwd, capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout)
 
 
@@ -47,8 +48,22 @@ def test_editable_install_maps_kernels_and_tasks(tmp_path):
 
 @pytest.mark.slow
 def test_built_wheel_has_namespaced_kernels_tasks_and_yaml(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path / "dist"), str(REPO)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+    )
     wheel = next((tmp_path / "dist").glob("jaxeval-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "jaxeval/kernels/__init__.py" in names and "jaxeval/tasks/arc/arc_easy.yaml" in names
@@ -58,8 +73,21 @@ def test_built_wheel_has_namespaced_kernels_tasks_and_yaml(tmp_path):
     assert "jaxeval/tasks/demo/expected.json" in names  # the demo's lm-eval reference column
     assert "jaxeval/tasks/demo/data/gsm8k/train.jsonl" in names  # its bundled rows
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-                    str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
     env = dict(os.environ, PYTHONPATH=str(target), PYTHONNOUSERSITE="1")
     # Run outside the repo and ahead of the editable finder: the wheel's copy must be found.
     info = _check(env, str(tmp_path))

@@ -9,10 +9,34 @@ import sys
 import pytest
 
 PUBLIC = {
-    "jaxeval": ["simple_evaluate", "evaluate", "TaskManager", "JaxevalError", "Instance", "LM", "__version__"],
-    "jaxeval.lm": ["LM", "MODELS", "parse_model_args", "JaxLM", "Encoder", "plan_batches", "generate_until"],
-    "jaxeval.metrics": ["METRICS", "AGGREGATIONS", "DEFAULT_METRICS", "stderr_for_aggregation",
-                        "pooled_sample_stderr", "aggregate_subtask_metrics", "bootstrap_stderr", "mean_stderr"],
+    "jaxeval": [
+        "simple_evaluate",
+        "evaluate",
+        "TaskManager",
+        "JaxevalError",
+        "Instance",
+        "LM",
+        "__version__",
+    ],
+    "jaxeval.lm": [
+        "LM",
+        "MODELS",
+        "parse_model_args",
+        "JaxLM",
+        "Encoder",
+        "plan_batches",
+        "generate_until",
+    ],
+    "jaxeval.metrics": [
+        "METRICS",
+        "AGGREGATIONS",
+        "DEFAULT_METRICS",
+        "stderr_for_aggregation",
+        "pooled_sample_stderr",
+        "aggregate_subtask_metrics",
+        "bootstrap_stderr",
+        "mean_stderr",
+    ],
     "jaxeval.filters": ["FILTERS", "FilterEnsemble", "build_filter_ensemble"],
     "jaxeval.models": ["load_model", "LoadedModel", "ModelSpec", "SUPPORTED_MODEL_TYPES"],
     "jaxeval.kernels": ["score", "ScoreBatch", "generate", "GenerateBatch"],

@@ -26,7 +26,11 @@ STRUCTURAL_KEYS = ("include", "group", "task_list", "class")
 
 def default_gen_kwargs(until: str | list[str] | None) -> dict[str, Any]:
     """lm-eval's defaults for a generation task without `generation_kwargs`: greedy, 256 tokens."""
-    out: dict[str, Any] = {"temperature": 0.0, "do_sample": False, "max_gen_toks": DEFAULT_MAX_GEN_TOKS}
+    out: dict[str, Any] = {
+        "temperature": 0.0,
+        "do_sample": False,
+        "max_gen_toks": DEFAULT_MAX_GEN_TOKS,
+    }
     out["until"] = [] if until is None else ([until] if isinstance(until, str) else list(until))
     return out
 
@@ -36,7 +40,11 @@ def _unknown_keys(cls: type, raw: dict, *, task: str | None, source: str | None)
     for key in raw:
         if key not in names:
             close = difflib.get_close_matches(str(key), sorted(names), n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(sorted(names))}"
+            hint = (
+                f"did you mean '{close[0]}'?"
+                if close
+                else f"valid keys: {', '.join(sorted(names))}"
+            )
             raise JaxevalError("unknown key", task=task, file=source, field=str(key), hint=hint)
 
 
@@ -101,16 +109,32 @@ class TaskConfig:
         if self.output_type not in OUTPUT_TYPES:
             raise JaxevalError(
                 f"output_type '{self.output_type}' is not one of {', '.join(OUTPUT_TYPES)}",
-                task=task, file=src, field="output_type",
+                task=task,
+                file=src,
+                field="output_type",
             )
         if not isinstance(self.repeats, int) or self.repeats < 1:
-            raise JaxevalError("repeats must be a positive integer", task=task, file=src, field="repeats")
-        if self.num_fewshot is not None and (not isinstance(self.num_fewshot, int) or self.num_fewshot < 0):
-            raise JaxevalError("num_fewshot must be a non-negative integer", task=task, file=src, field="num_fewshot")
+            raise JaxevalError(
+                "repeats must be a positive integer", task=task, file=src, field="repeats"
+            )
+        if self.num_fewshot is not None and (
+            not isinstance(self.num_fewshot, int) or self.num_fewshot < 0
+        ):
+            raise JaxevalError(
+                "num_fewshot must be a non-negative integer",
+                task=task,
+                file=src,
+                field="num_fewshot",
+            )
         gen = self.generation_kwargs
         if gen is not None:
             if not isinstance(gen, dict):
-                raise JaxevalError("generation_kwargs must be a mapping", task=task, file=src, field="generation_kwargs")
+                raise JaxevalError(
+                    "generation_kwargs must be a mapping",
+                    task=task,
+                    file=src,
+                    field="generation_kwargs",
+                )
             gen = dict(gen)
             if "temperature" in gen:
                 try:
@@ -118,7 +142,9 @@ class TaskConfig:
                 except (TypeError, ValueError):
                     raise JaxevalError(
                         f"generation_kwargs temperature={gen['temperature']!r} is not a number",
-                        task=task, file=src, field="generation_kwargs.temperature",
+                        task=task,
+                        file=src,
+                        field="generation_kwargs.temperature",
                         hint="give a number such as 0 or 0.7 (in the YAML or in --gen_kwargs)",
                     ) from None
             if "until" not in gen:
@@ -127,12 +153,24 @@ class TaskConfig:
             gen = default_gen_kwargs(self.fewshot_delimiter)
         object.__setattr__(self, "generation_kwargs", gen)
         if self.metric_list is not None:
-            if not isinstance(self.metric_list, list) or not all(isinstance(m, dict) for m in self.metric_list):
-                raise JaxevalError("metric_list must be a list of mappings", task=task, file=src, field="metric_list")
+            if not isinstance(self.metric_list, list) or not all(
+                isinstance(m, dict) for m in self.metric_list
+            ):
+                raise JaxevalError(
+                    "metric_list must be a list of mappings",
+                    task=task,
+                    file=src,
+                    field="metric_list",
+                )
             for entry in self.metric_list:
                 if "metric" not in entry:
-                    raise JaxevalError("an entry of metric_list has no 'metric' key", task=task, file=src,
-                                       field="metric_list", hint="write `- metric: acc`")
+                    raise JaxevalError(
+                        "an entry of metric_list has no 'metric' key",
+                        task=task,
+                        file=src,
+                        field="metric_list",
+                        hint="write `- metric: acc`",
+                    )
         fs = self.fewshot_config
         if fs is None or isinstance(fs, dict):
             raw = dict(fs or {})

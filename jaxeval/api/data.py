@@ -14,7 +14,13 @@ from typing import Any
 
 from jaxeval.errors import JaxevalError
 
-_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
+_FORMATS = {
+    ".json": "json",
+    ".jsonl": "json",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+}
 
 
 def local_format(path: str) -> str:
@@ -35,16 +41,24 @@ def check_local_file(path: str, *, task: str) -> None:
     with open(path, "rb") as f:
         data = f.read()
     if not data.strip():
-        raise JaxevalError("the data file is empty", task=task, file=path,
-                           hint="fill it with one JSON object per line (or CSV rows), or point "
-                                "the task at the right file")
+        raise JaxevalError(
+            "the data file is empty",
+            task=task,
+            file=path,
+            hint="fill it with one JSON object per line (or CSV rows), or point "
+            "the task at the right file",
+        )
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise JaxevalError(f"the data file is not UTF-8: byte {data[e.start]:#04x} at offset "
-                           f"{e.start} (line {line})", task=task, file=path,
-                           hint="re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+        raise JaxevalError(
+            f"the data file is not UTF-8: byte {data[e.start]:#04x} at offset "
+            f"{e.start} (line {line})",
+            task=task,
+            file=path,
+            hint="re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+        ) from None
 
 
 def _local_paths(files: Any) -> list[str]:
@@ -74,31 +88,48 @@ def load_task_dataset(
     if data_files:
         missing = [p for p in data_files.values() if not os.path.exists(p)]
         if missing:
-            raise JaxevalError(f"local data file(s) not found: {', '.join(missing)}", task=task,
-                               field="data_files")
+            raise JaxevalError(
+                f"local data file(s) not found: {', '.join(missing)}", task=task, field="data_files"
+            )
         formats = {local_format(p) for p in data_files.values()}
         if len(formats) != 1:
-            raise JaxevalError(f"mixed local file formats {sorted(formats)}", task=task, field="data_files")
+            raise JaxevalError(
+                f"mixed local file formats {sorted(formats)}", task=task, field="data_files"
+            )
         path, name = formats.pop(), None
         kwargs = {"data_files": dict(data_files)}
     for local in _local_paths(kwargs.get("data_files")):
         check_local_file(local, task=task)
     if not path:
-        raise JaxevalError("no dataset_path", task=task, field="dataset_path",
-                           hint="set dataset_path (a hub id, or json/csv/parquet with dataset_kwargs.data_files)")
+        raise JaxevalError(
+            "no dataset_path",
+            task=task,
+            field="dataset_path",
+            hint="set dataset_path (a hub id, or json/csv/parquet with dataset_kwargs.data_files)",
+        )
     try:
         return datasets.load_dataset(path=path, name=name, **kwargs)
     except Exception as e:  # datasets raises many types; we only add context
-        offline = os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
-        hint = ("the hub is unreachable or offline; point the task at local files with "
-                "--data_dir / data_files (see docs/tasks.md)" if offline or "connect" in str(e).lower()
-                else "check dataset_path, dataset_name and dataset_kwargs")
-        raise JaxevalError(f"could not load dataset '{path}' (name={name!r}): {type(e).__name__}: {e}",
-                           task=task, field="dataset_path", hint=hint) from None
+        offline = (
+            os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
+        )
+        hint = (
+            "the hub is unreachable or offline; point the task at local files with "
+            "--data_dir / data_files (see docs/tasks.md)"
+            if offline or "connect" in str(e).lower()
+            else "check dataset_path, dataset_name and dataset_kwargs"
+        )
+        raise JaxevalError(
+            f"could not load dataset '{path}' (name={name!r}): {type(e).__name__}: {e}",
+            task=task,
+            field="dataset_path",
+            hint=hint,
+        ) from None
 
 
-def find_local_files(data_dir: str, *, dataset_path: str | None, dataset_name: str | None,
-                     splits: list[str]) -> dict[str, str] | None:
+def find_local_files(
+    data_dir: str, *, dataset_path: str | None, dataset_name: str | None, splits: list[str]
+) -> dict[str, str] | None:
     """Maps a hub task onto local files laid out like the hub repository (`--data_dir DIR`).
 
     For `dataset_path: allenai/ai2_arc`, `dataset_name: ARC-Easy`, split `test` it looks for

@@ -1,8 +1,8 @@
 """Groups: named collections of tasks and subgroups whose scores aggregate over all leaf tasks.
 
-    mmlu -> {mmlu_stem -> [mmlu_anatomy (135 docs), ...], mmlu_other -> [...], ...}
-    acc(mmlu) = sum_i acc_i * n_i / sum_i n_i over every leaf task i (weight_by_size, the default);
-    stderr    = pooled_sample_stderr(stderr_i, n_i) when every leaf has a numeric stderr, else "N/A".
+mmlu -> {mmlu_stem -> [mmlu_anatomy (135 docs), ...], mmlu_other -> [...], ...}
+acc(mmlu) = sum_i acc_i * n_i / sum_i n_i over every leaf task i (weight_by_size, the default);
+stderr    = pooled_sample_stderr(stderr_i, n_i) when every leaf has a numeric stderr, else "N/A".
 """
 
 from __future__ import annotations
@@ -29,9 +29,13 @@ class Group:
 
     @classmethod
     def from_config(cls, config: GroupConfig) -> Group:
-        return cls(name=config.group, alias=config.group_alias,
-                   aggregate_metric_list=config.aggregate_metric_list, metadata=config.metadata,
-                   config=config)
+        return cls(
+            name=config.group,
+            alias=config.group_alias,
+            aggregate_metric_list=config.aggregate_metric_list,
+            metadata=config.metadata,
+            config=config,
+        )
 
     def add(self, item: Any) -> None:
         self.children[item.name] = item
@@ -68,7 +72,7 @@ class Group:
         for task in self.all_tasks():
             for key in task_metrics.get(task.name, {}):
                 if key.startswith(f"{metric},") and "_stderr" not in key:
-                    found.add(key[len(metric) + 1:])
+                    found.add(key[len(metric) + 1 :])
         return sorted(found)
 
     def aggregate(self, task_metrics: dict[str, dict]) -> dict[str, Any]:
@@ -78,11 +82,16 @@ class Group:
         if not self.aggregate_metric_list:
             return out
         leaves = [t.name for t in self.all_tasks()]
-        out["sample_len"] = sum(task_metrics[n].get("sample_len", 0) for n in leaves if n in task_metrics)
+        out["sample_len"] = sum(
+            task_metrics[n].get("sample_len", 0) for n in leaves if n in task_metrics
+        )
         sample_count: dict[str, int] = {}
         for agg in self.aggregate_metric_list:
-            filters = agg.filter_list if agg.filter_list is not None else self._discover_filters(
-                agg.metric, task_metrics)
+            filters = (
+                agg.filter_list
+                if agg.filter_list is not None
+                else self._discover_filters(agg.metric, task_metrics)
+            )
             for flt in filters:
                 key, se_key = f"{agg.metric},{flt}", f"{agg.metric}_stderr,{flt}"
                 values, stderrs, sizes = [], [], []

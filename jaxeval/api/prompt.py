@@ -107,5 +107,9 @@ def render_messages(
     """Plain text, or the model's chat template applied to the turns."""
     if chat_template is None:
         return messages_to_text(messages)
-    turns = [m.to_dict() for m in messages] if fewshot_as_multiturn else multiturn_to_singleturn(messages)
+    turns = (
+        [m.to_dict() for m in messages]
+        if fewshot_as_multiturn
+        else multiturn_to_singleturn(messages)
+    )
     return chat_template(turns)

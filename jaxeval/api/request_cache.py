@@ -22,19 +22,35 @@ MODES = ("true", "refresh", "delete")
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("JAXEVAL_CACHE_PATH", Path.home() / ".cache" / "jaxeval" / "requests"))
+    return Path(
+        os.environ.get("JAXEVAL_CACHE_PATH", Path.home() / ".cache" / "jaxeval" / "requests")
+    )
 
 
-def cache_key(task: Any, *, rank: int, world_size: int, apply_chat_template: bool, fewshot_as_multiturn: bool,
-              system_instruction: str | None, tokenizer_name: str) -> str:
-    config_hash = hashlib.sha256(json.dumps(task.dump_config(), sort_keys=True, default=str).encode()).hexdigest()
-    parts = [f"requests-{task.name}-{task.config.num_fewshot}shot-rank{rank}-world_size{world_size}"]
+def cache_key(
+    task: Any,
+    *,
+    rank: int,
+    world_size: int,
+    apply_chat_template: bool,
+    fewshot_as_multiturn: bool,
+    system_instruction: str | None,
+    tokenizer_name: str,
+) -> str:
+    config_hash = hashlib.sha256(
+        json.dumps(task.dump_config(), sort_keys=True, default=str).encode()
+    ).hexdigest()
+    parts = [
+        f"requests-{task.name}-{task.config.num_fewshot}shot-rank{rank}-world_size{world_size}"
+    ]
     if apply_chat_template:
         parts.append("chat_template")
     if fewshot_as_multiturn:
         parts.append("fewshot_as_multiturn")
     if system_instruction is not None:
-        parts.append("system_prompt_hash" + hashlib.sha256(system_instruction.encode()).hexdigest()[:16])
+        parts.append(
+            "system_prompt_hash" + hashlib.sha256(system_instruction.encode()).hexdigest()[:16]
+        )
     parts.append(f"tokenizer{tokenizer_name}")
     name = "-".join(parts)
     if len(name) > 180:

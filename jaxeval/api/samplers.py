@@ -22,8 +22,14 @@ from jaxeval.registry import Registry
 class RandomSampler:
     """lm-eval's `ContextSampler` (`sampler: default`)."""
 
-    def __init__(self, docs: Sequence[dict], *, seed: int | None = None,
-                 fewshot_indices: list[int] | None = None, task: str | None = None):
+    def __init__(
+        self,
+        docs: Sequence[dict],
+        *,
+        seed: int | None = None,
+        fewshot_indices: list[int] | None = None,
+        task: str | None = None,
+    ):
         pool = list(docs)
         if fewshot_indices:
             pool = [pool[i] for i in fewshot_indices]
@@ -36,11 +42,19 @@ class RandomSampler:
 
     def _check(self, n: int) -> None:
         if n > 0 and not self.pool:
-            raise JaxevalError("num_fewshot > 0 but the few-shot pool is empty", task=self.task,
-                               field="fewshot_split", hint="set fewshot_split or training_split")
+            raise JaxevalError(
+                "num_fewshot > 0 but the few-shot pool is empty",
+                task=self.task,
+                field="fewshot_split",
+                hint="set fewshot_split or training_split",
+            )
         if n > len(self.pool):
-            raise JaxevalError(f"asked for {n} few-shot examples but the pool has only {len(self.pool)}",
-                               task=self.task, field="num_fewshot", hint="lower --num_fewshot")
+            raise JaxevalError(
+                f"asked for {n} few-shot examples but the pool has only {len(self.pool)}",
+                task=self.task,
+                field="num_fewshot",
+                hint="lower --num_fewshot",
+            )
 
     def sample(self, n: int, eval_doc: dict | None = None) -> list[dict]:
         if n == 0:
@@ -61,8 +75,12 @@ class FirstNSampler(RandomSampler):
     def sample(self, n: int, eval_doc: dict | None = None) -> list[dict]:
         pool = [d for d in self.pool if d != eval_doc] if eval_doc is not None else self.pool
         if n > len(pool):
-            raise JaxevalError(f"asked for {n} few-shot examples but the pool has only {len(pool)}",
-                               task=self.task, field="num_fewshot", hint="lower --num_fewshot")
+            raise JaxevalError(
+                f"asked for {n} few-shot examples but the pool has only {len(pool)}",
+                task=self.task,
+                field="num_fewshot",
+                hint="lower --num_fewshot",
+            )
         return list(pool[:n])
 
 

@@ -69,14 +69,23 @@ def resolve_metrics(config: TaskConfig) -> tuple[dict, dict, dict, dict]:
             aggs[name] = agg
         elif isinstance(agg, str):
             if agg not in AGGREGATIONS:
-                raise JaxevalError(AGGREGATIONS.miss_message(agg), task=task, file=src,
-                                   field="metric_list.aggregation")
+                raise JaxevalError(
+                    AGGREGATIONS.miss_message(agg),
+                    task=task,
+                    file=src,
+                    field="metric_list.aggregation",
+                )
             aggs[name] = AGGREGATIONS.get(agg)
         elif registered is not None:
             aggs[name] = AGGREGATIONS.get(registered.aggregation)
         else:
-            raise JaxevalError(f"metric '{name}' needs an explicit aggregation", task=task, file=src,
-                               field="metric_list", hint="add `aggregation: mean` (or another)")
+            raise JaxevalError(
+                f"metric '{name}' needs an explicit aggregation",
+                task=task,
+                file=src,
+                field="metric_list",
+                hint="add `aggregation: mean` (or another)",
+            )
         if "higher_is_better" in entry:
             hib[name] = entry["higher_is_better"]
         elif registered is not None:
@@ -92,16 +101,24 @@ def resolve_filters(config: TaskConfig) -> list:
     if config.filter_list is None:
         return [build_filter_ensemble("none", [("take_first", {})])]
     out = []
-    filter_list = config.filter_list if isinstance(config.filter_list, list) else [config.filter_list]
+    filter_list = (
+        config.filter_list if isinstance(config.filter_list, list) else [config.filter_list]
+    )
     for i, spec in enumerate(filter_list):
         if not isinstance(spec, dict) or "name" not in spec or "filter" not in spec:
-            raise JaxevalError(f"filter_list entry {i} needs 'name' and 'filter' keys", task=config.task,
-                               field="filter_list")
+            raise JaxevalError(
+                f"filter_list entry {i} needs 'name' and 'filter' keys",
+                task=config.task,
+                field="filter_list",
+            )
         components = []
         for fn in spec["filter"]:
             if "function" not in fn:
-                raise JaxevalError(f"a filter of pipeline '{spec['name']}' has no 'function'",
-                                   task=config.task, field="filter_list")
+                raise JaxevalError(
+                    f"a filter of pipeline '{spec['name']}' has no 'function'",
+                    task=config.task,
+                    field="filter_list",
+                )
             components.append((fn["function"], {k: v for k, v in fn.items() if k != "function"}))
         try:
             out.append(build_filter_ensemble(spec["name"], components))
@@ -137,7 +154,11 @@ def score_rolling(task: Task, doc: dict, results: list, doc_index: int | None) -
     (ll,) = results
     target = task.doc_to_target(doc, doc_index=doc_index)
     words, nbytes = count_words(target), count_bytes(target)
-    pairs = {"word_perplexity": (ll, words), "byte_perplexity": (ll, nbytes), "bits_per_byte": (ll, nbytes)}
+    pairs = {
+        "word_perplexity": (ll, words),
+        "byte_perplexity": (ll, nbytes),
+        "bits_per_byte": (ll, nbytes),
+    }
     return {k: v for k, v in pairs.items() if k in task.metrics}
 
 
@@ -148,22 +169,29 @@ def score_multiple_choice(task: Task, doc: dict, results: list, doc_index: int |
     byte_len = np.array([float(len(c.encode("utf-8"))) for c in choices])
     use = task.metrics
     if 2 * len(choices) == len(lls) and "acc_mutual_info" in use:
-        lls_uncond, lls = lls[len(choices):], lls[: len(choices)]
+        lls_uncond, lls = lls[len(choices) :], lls[: len(choices)]
     pred = np.argmax(lls)
     pred_norm = np.argmax(lls / completion_len)
     pred_byte = np.argmax(lls / byte_len)
     gold = task.gold_index(doc, choices, doc_index)
     if task.multiple_target:
         golds = gold if isinstance(gold, list) else [gold]
-        acc, acc_norm, acc_bytes = (1.0 if p in golds else 0.0 for p in (pred, pred_norm, pred_byte))
+        acc, acc_norm, acc_bytes = (
+            1.0 if p in golds else 0.0 for p in (pred, pred_norm, pred_byte)
+        )
         exact = int(any(is_greedy[i] for i in golds))
     else:
         acc, acc_norm, acc_bytes = (1.0 if p == gold else 0.0 for p in (pred, pred_norm, pred_byte))
         exact = int(is_greedy[gold])
     values = {
-        "acc": lambda: acc, "f1": lambda: (gold, pred), "mcc": lambda: (gold, pred),
-        "acc_norm": lambda: acc_norm, "acc_bytes": lambda: acc_bytes, "exact_match": lambda: exact,
-        "brier_score": lambda: (gold, _softmax(lls)), "likelihood": lambda: (gold, lls),
+        "acc": lambda: acc,
+        "f1": lambda: (gold, pred),
+        "mcc": lambda: (gold, pred),
+        "acc_norm": lambda: acc_norm,
+        "acc_bytes": lambda: acc_bytes,
+        "exact_match": lambda: exact,
+        "brier_score": lambda: (gold, _softmax(lls)),
+        "likelihood": lambda: (gold, lls),
     }
     out = {k: fn() for k, fn in values.items() if k in use}
     if "acc_mutual_info" in use:
@@ -179,7 +207,9 @@ def score_generation(task: Task, doc: dict, results: list, doc_index: int | None
         gold = task.doc_to_choice(doc, doc_index=doc_index)[gold]
     elif task.multiple_target:
         gold = list(gold)
-    elif type(gold) is not type(result) and not ("bypass" in task.metrics or isinstance(result, list)):
+    elif type(gold) is not type(result) and not (
+        "bypass" in task.metrics or isinstance(result, list)
+    ):
         gold = type(result)(gold)
     out: dict[str, Any] = {}
     for metric, fn in task.metrics.items():

@@ -51,8 +51,11 @@ class Task:
         self._split_cache: dict[str, list[dict]] = {}
         self.eval_docs = self._eval_docs()
         if not self.eval_docs:
-            raise JaxevalError("the evaluation split has no documents", task=self.name,
-                               field=config.test_split and "test_split" or "validation_split")
+            raise JaxevalError(
+                "the evaluation split has no documents",
+                task=self.name,
+                field=config.test_split and "test_split" or "validation_split",
+            )
         self.features = list(self.eval_docs[0].keys())
         self.sampler = self._make_sampler(seed=None)
         self.multiple_input = 0
@@ -64,17 +67,24 @@ class Task:
         cfg = self.config
         if callable(cfg.custom_dataset):
             return cfg.custom_dataset(**(cfg.metadata or {}), **(cfg.dataset_kwargs or {}))
-        return load_task_dataset(task=self.name, dataset_path=cfg.dataset_path,
-                                 dataset_name=cfg.dataset_name, dataset_kwargs=cfg.dataset_kwargs,
-                                 data_files=self._data_files)
+        return load_task_dataset(
+            task=self.name,
+            dataset_path=cfg.dataset_path,
+            dataset_name=cfg.dataset_name,
+            dataset_kwargs=cfg.dataset_kwargs,
+            data_files=self._data_files,
+        )
 
     def split_docs(self, split: str, process_docs: Callable | None = None) -> list[dict]:
         key = f"{split}|{id(process_docs)}"
         if key not in self._split_cache:
             if split not in self.dataset:
-                raise JaxevalError(f"split '{split}' not in the dataset (it has {sorted(self.dataset)})",
-                                   task=self.name, field="split",
-                                   hint="fix the *_split keys or the data_files split names")
+                raise JaxevalError(
+                    f"split '{split}' not in the dataset (it has {sorted(self.dataset)})",
+                    task=self.name,
+                    field="split",
+                    hint="fix the *_split keys or the data_files split names",
+                )
             data = self.dataset[split]
             if process_docs is not None:
                 data = process_docs(data)
@@ -85,8 +95,11 @@ class Task:
         cfg = self.config
         split = cfg.test_split or cfg.validation_split
         if split is None:
-            raise JaxevalError("the task has neither test_split nor validation_split", task=self.name,
-                               field="test_split")
+            raise JaxevalError(
+                "the task has neither test_split nor validation_split",
+                task=self.name,
+                field="test_split",
+            )
         return self.split_docs(split, cfg.process_docs)
 
     def fewshot_docs(self) -> list[dict] | None:
@@ -111,7 +124,9 @@ class Task:
             return None
         if docs is None:
             return None
-        return make_sampler(sampler, docs, seed=seed, fewshot_indices=fs.fewshot_indices, task=self.name)
+        return make_sampler(
+            sampler, docs, seed=seed, fewshot_indices=fs.fewshot_indices, task=self.name
+        )
 
     def set_fewshot_seed(self, seed: int | None) -> None:
         if self.sampler is not None:
@@ -137,8 +152,11 @@ class Task:
             return text
         if callable(spec):
             return spec(doc)
-        raise JaxevalError(f"doc_to_text has unsupported type {type(spec).__name__}", task=self.name,
-                           field="doc_to_text")
+        raise JaxevalError(
+            f"doc_to_text has unsupported type {type(spec).__name__}",
+            task=self.name,
+            field="doc_to_text",
+        )
 
     def doc_to_target(self, doc: dict, spec: Any = None, *, doc_index: int | None = None) -> Any:
         spec = self.config.doc_to_target if spec is None else spec
@@ -160,10 +178,15 @@ class Task:
             return spec
         if callable(spec):
             return spec(doc)
-        raise JaxevalError(f"doc_to_target has unsupported type {type(spec).__name__}", task=self.name,
-                           field="doc_to_target")
+        raise JaxevalError(
+            f"doc_to_target has unsupported type {type(spec).__name__}",
+            task=self.name,
+            field="doc_to_target",
+        )
 
-    def doc_to_choice(self, doc: dict, spec: Any = None, *, doc_index: int | None = None) -> list[str]:
+    def doc_to_choice(
+        self, doc: dict, spec: Any = None, *, doc_index: int | None = None
+    ) -> list[str]:
         spec = self.config.doc_to_choice if spec is None else spec
         if spec is None:
             raise JaxevalError("doc_to_choice is not set", task=self.name, field="doc_to_choice")
@@ -174,24 +197,37 @@ class Task:
             try:
                 return ast.literal_eval(text)
             except (SyntaxError, ValueError):
-                raise JaxevalError(f"doc_to_choice rendered {text!r}, which is not a Python list literal",
-                                   task=self.name, field="doc_to_choice", doc=doc_index) from None
+                raise JaxevalError(
+                    f"doc_to_choice rendered {text!r}, which is not a Python list literal",
+                    task=self.name,
+                    field="doc_to_choice",
+                    doc=doc_index,
+                ) from None
         if isinstance(spec, list):
             return spec
         if isinstance(spec, dict):
             return list(spec.values())
         if callable(spec):
             return spec(doc)
-        raise JaxevalError(f"doc_to_choice has unsupported type {type(spec).__name__}", task=self.name,
-                           field="doc_to_choice")
+        raise JaxevalError(
+            f"doc_to_choice has unsupported type {type(spec).__name__}",
+            task=self.name,
+            field="doc_to_choice",
+        )
 
     def doc_to_prefix(self, doc: dict) -> str | None:
         prefix = self.config.gen_prefix
         if prefix is None:
             return None
-        return doc[prefix] if prefix in self.features else self._render(prefix, doc, "gen_prefix", None)
+        return (
+            doc[prefix]
+            if prefix in self.features
+            else self._render(prefix, doc, "gen_prefix", None)
+        )
 
-    def _resolve_field(self, doc: dict, spec: str | None, field: str, doc_index: int | None) -> str | None:
+    def _resolve_field(
+        self, doc: dict, spec: str | None, field: str, doc_index: int | None
+    ) -> str | None:
         if not spec:
             return None
         return doc[spec] if spec in doc else self._render(spec, doc, field, doc_index)
@@ -203,8 +239,12 @@ class Task:
         if self.config.doc_to_choice is not None:
             choices = self.doc_to_choice(doc, doc_index=0)
             if not isinstance(choices, list):
-                raise JaxevalError(f"doc_to_choice must give a list, got {type(choices).__name__}",
-                                   task=self.name, field="doc_to_choice", doc=0)
+                raise JaxevalError(
+                    f"doc_to_choice must give a list, got {type(choices).__name__}",
+                    task=self.name,
+                    field="doc_to_choice",
+                    doc=0,
+                )
             if isinstance(text, int):
                 self.multiple_input = len(choices)
         if isinstance(target, list):
@@ -226,16 +266,21 @@ class Task:
         cfg, fs = self.config, self.config.fewshot
         template = None
         if apply_chat_template and chat_template is not None:
+
             def template(turns: list[dict]) -> str:
                 return chat_template(turns, add_generation_prompt=not gen_prefix)
+
         description = self._resolve_field(doc, cfg.description, "description", doc_index) or ""
         system = maybe_delimit(system_instruction, description, cfg.fewshot_delimiter)
         messages = [Message("system", system)] if system else []
         if num_fewshot > 0:
             if self.sampler is None:
-                raise JaxevalError("num_fewshot > 0 but the task has no split to draw examples from",
-                                   task=self.name, field="fewshot_split",
-                                   hint="set fewshot_split/training_split or use --num_fewshot 0")
+                raise JaxevalError(
+                    "num_fewshot > 0 but the task has no split to draw examples from",
+                    task=self.name,
+                    field="fewshot_split",
+                    hint="set fewshot_split/training_split or use --num_fewshot 0",
+                )
             eval_doc = doc if fs.split == cfg.test_split else None
             for fs_doc in self.sampler.sample(num_fewshot, eval_doc=eval_doc):
                 q = self.doc_to_text(fs_doc, fs.doc_to_text)
@@ -245,55 +290,96 @@ class Task:
                 if self.multiple_input:
                     q, c = c[q], None
                 self._check_answer(q, c, a, doc_index)
-                messages += qa_turn(q, choices=c, answer=a, gen_prefix=prefix,
-                                    target_delimiter=fs.target_delimiter,
-                                    fewshot_delimiter=fs.fewshot_delimiter)
+                messages += qa_turn(
+                    q,
+                    choices=c,
+                    answer=a,
+                    gen_prefix=prefix,
+                    target_delimiter=fs.target_delimiter,
+                    fewshot_delimiter=fs.fewshot_delimiter,
+                )
         q = self.doc_to_text(doc, doc_index=doc_index)
         if self.multiple_input:
             choices = self.doc_to_choice(doc, doc_index=doc_index)
             return [
-                render_messages(messages + qa_turn(ctx, gen_prefix=gen_prefix, target_delimiter=""),
-                                chat_template=template, fewshot_as_multiturn=fewshot_as_multiturn)
+                render_messages(
+                    messages + qa_turn(ctx, gen_prefix=gen_prefix, target_delimiter=""),
+                    chat_template=template,
+                    fewshot_as_multiturn=fewshot_as_multiturn,
+                )
                 for ctx in choices
             ]
         if not isinstance(q, str):
-            raise JaxevalError(f"doc_to_text gave {type(q).__name__}, not a string", task=self.name,
-                               field="doc_to_text", doc=doc_index)
+            raise JaxevalError(
+                f"doc_to_text gave {type(q).__name__}, not a string",
+                task=self.name,
+                field="doc_to_text",
+                doc=doc_index,
+            )
         c = self.doc_to_choice(doc, doc_index=doc_index) if cfg.doc_to_choice else None
-        messages += qa_turn(q, choices=c, gen_prefix=gen_prefix,
-                            target_delimiter=cfg.target_delimiter, fewshot_delimiter="")
-        return render_messages(messages, chat_template=template, fewshot_as_multiturn=fewshot_as_multiturn)
+        messages += qa_turn(
+            q,
+            choices=c,
+            gen_prefix=gen_prefix,
+            target_delimiter=cfg.target_delimiter,
+            fewshot_delimiter="",
+        )
+        return render_messages(
+            messages, chat_template=template, fewshot_as_multiturn=fewshot_as_multiturn
+        )
 
     def _check_answer(self, q: Any, c: Any, a: Any, doc_index: int | None) -> None:
         if not isinstance(q, str):
-            raise JaxevalError(f"few-shot doc_to_text gave {type(q).__name__}, not a string",
-                               task=self.name, field="doc_to_text", doc=doc_index)
+            raise JaxevalError(
+                f"few-shot doc_to_text gave {type(q).__name__}, not a string",
+                task=self.name,
+                field="doc_to_text",
+                doc=doc_index,
+            )
         if isinstance(a, int) and not isinstance(a, bool) and c and not 0 <= a < len(c):
-            raise JaxevalError(f"few-shot target index {a} is outside the {len(c)} choices",
-                               task=self.name, field="doc_to_target", doc=doc_index)
+            raise JaxevalError(
+                f"few-shot target index {a} is outside the {len(c)} choices",
+                task=self.name,
+                field="doc_to_target",
+                doc=doc_index,
+            )
 
     # ------------------------------------------------------------------ requests
-    def gold_index(self, doc: dict, choices: list[str], doc_index: int | None = None) -> int | list[int]:
+    def gold_index(
+        self, doc: dict, choices: list[str], doc_index: int | None = None
+    ) -> int | list[int]:
         """The gold choice index (or indices); a target outside the choices is an error."""
-        gold = self.doc_to_text(doc, doc_index=doc_index) if self.multiple_input else \
-            self.doc_to_target(doc, doc_index=doc_index)
+        gold = (
+            self.doc_to_text(doc, doc_index=doc_index)
+            if self.multiple_input
+            else self.doc_to_target(doc, doc_index=doc_index)
+        )
         golds = gold if isinstance(gold, list) else [gold]
         out = []
         for g in golds:
             if isinstance(g, str):
                 if g not in choices:
-                    raise JaxevalError(f"target {g!r} is not among the choices {choices}", task=self.name,
-                                       field="doc_to_target", doc=doc_index,
-                                       hint="fix doc_to_target/doc_to_choice, or drop the document in process_docs")
+                    raise JaxevalError(
+                        f"target {g!r} is not among the choices {choices}",
+                        task=self.name,
+                        field="doc_to_target",
+                        doc=doc_index,
+                        hint="fix doc_to_target/doc_to_choice, or drop the document in process_docs",
+                    )
                 g = choices.index(g)
             if not isinstance(g, int) or not 0 <= g < len(choices):
-                raise JaxevalError(f"target index {g!r} is outside the {len(choices)} choices",
-                                   task=self.name, field="doc_to_target", doc=doc_index)
+                raise JaxevalError(
+                    f"target index {g!r} is outside the {len(choices)} choices",
+                    task=self.name,
+                    field="doc_to_target",
+                    doc=doc_index,
+                )
             out.append(g)
         return out if isinstance(gold, list) else out[0]
 
-    def construct_requests(self, doc: dict, ctx: str | list[str], *, metadata: tuple,
-                           apply_chat_template: bool = False) -> list[Instance]:
+    def construct_requests(
+        self, doc: dict, ctx: str | list[str], *, metadata: tuple, apply_chat_template: bool = False
+    ) -> list[Instance]:
         cfg, kind = self.config, self.config.output_type
         doc_index = metadata[1]
         if kind == "loglikelihood":
@@ -318,50 +404,86 @@ class Task:
             return [Instance("loglikelihood", doc, p, i, metadata) for i, p in enumerate(pairs)]
         return [Instance(kind, doc, args, 0, metadata)]
 
-    def doc_iterator(self, *, limit: int | None = None, samples: list[int] | None = None,
-                     rank: int = 0, world_size: int = 1) -> list[tuple[int, dict]]:
+    def doc_iterator(
+        self,
+        *,
+        limit: int | None = None,
+        samples: list[int] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> list[tuple[int, dict]]:
         """(doc_id, doc) pairs: `limit` bounds the global index; ranks stride through documents."""
         if samples:
             n = len(self.eval_docs)
             bad = [i for i in samples if not 0 <= i < n]
             if bad:
-                raise JaxevalError(f"--samples indices {bad} are outside [0, {n - 1}]", task=self.name,
-                                   field="samples")
+                raise JaxevalError(
+                    f"--samples indices {bad} are outside [0, {n - 1}]",
+                    task=self.name,
+                    field="samples",
+                )
             picked = [d for i, d in enumerate(self.eval_docs) if i in set(samples)]
             return list(enumerate(picked))[rank::world_size]
         docs = list(enumerate(self.eval_docs))
         end = len(docs) if limit is None else int(limit)
         return docs[rank:end:world_size]
 
-    def build_all_requests(self, *, limit: int | None = None, samples: list[int] | None = None,
-                           rank: int = 0, world_size: int = 1, system_instruction: str | None = None,
-                           apply_chat_template: bool = False, fewshot_as_multiturn: bool = False,
-                           chat_template: Callable | None = None, cache_requests: str | None = None,
-                           tokenizer_name: str = "") -> None:
+    def build_all_requests(
+        self,
+        *,
+        limit: int | None = None,
+        samples: list[int] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        system_instruction: str | None = None,
+        apply_chat_template: bool = False,
+        fewshot_as_multiturn: bool = False,
+        chat_template: Callable | None = None,
+        cache_requests: str | None = None,
+        tokenizer_name: str = "",
+    ) -> None:
         """Builds `self.instances`; with `cache_requests`, reads/writes the request cache (all docs)."""
         from jaxeval.api import request_cache
 
         key = None
         if cache_requests and not samples:
             key = request_cache.cache_key(
-                self, rank=rank, world_size=world_size, apply_chat_template=apply_chat_template,
-                fewshot_as_multiturn=fewshot_as_multiturn, system_instruction=system_instruction,
-                tokenizer_name=tokenizer_name if apply_chat_template else "")
+                self,
+                rank=rank,
+                world_size=world_size,
+                apply_chat_template=apply_chat_template,
+                fewshot_as_multiturn=fewshot_as_multiturn,
+                system_instruction=system_instruction,
+                tokenizer_name=tokenizer_name if apply_chat_template else "",
+            )
             cached = request_cache.load(key) if cache_requests != "refresh" else None
             if cached is not None:
                 self.instances = [inst for group in cached[:limit] for inst in group]
                 return
         num_fewshot = self.config.num_fewshot or 0
         per_doc: list[list[Instance]] = []
-        docs = self.doc_iterator(limit=None if key else limit, samples=samples, rank=rank, world_size=world_size)
+        docs = self.doc_iterator(
+            limit=None if key else limit, samples=samples, rank=rank, world_size=world_size
+        )
         for doc_id, doc in docs:
             ctx = self.fewshot_context(
-                doc, num_fewshot, system_instruction=system_instruction,
-                apply_chat_template=apply_chat_template, fewshot_as_multiturn=fewshot_as_multiturn,
-                chat_template=chat_template, gen_prefix=self.doc_to_prefix(doc), doc_index=doc_id,
+                doc,
+                num_fewshot,
+                system_instruction=system_instruction,
+                apply_chat_template=apply_chat_template,
+                fewshot_as_multiturn=fewshot_as_multiturn,
+                chat_template=chat_template,
+                gen_prefix=self.doc_to_prefix(doc),
+                doc_index=doc_id,
             )
-            per_doc.append(self.construct_requests(doc, ctx, metadata=(self.name, doc_id, self.config.repeats),
-                                                   apply_chat_template=apply_chat_template))
+            per_doc.append(
+                self.construct_requests(
+                    doc,
+                    ctx,
+                    metadata=(self.name, doc_id, self.config.repeats),
+                    apply_chat_template=apply_chat_template,
+                )
+            )
         if key:
             request_cache.save(key, per_doc)
         self.instances = [inst for group in per_doc[:limit] for inst in group]
@@ -373,7 +495,9 @@ class Task:
         for ensemble in self.filters:
             ensemble.apply(self.instances)
 
-    def process_results(self, doc: dict, results: list[Any], doc_index: int | None = None) -> dict[str, Any]:
+    def process_results(
+        self, doc: dict, results: list[Any], doc_index: int | None = None
+    ) -> dict[str, Any]:
         if callable(self.config.process_results):
             return self.config.process_results(doc, results)
         return scoring.OUTPUT_SCORERS[self.config.output_type](self, doc, results, doc_index)
@@ -392,5 +516,7 @@ class Task:
         return self.config.to_dict()
 
     def __repr__(self) -> str:
-        return (f"Task(name={self.name!r}, output_type={self.config.output_type!r}, "
-                f"num_fewshot={self.config.num_fewshot}, num_docs={len(self.eval_docs)})")
+        return (
+            f"Task(name={self.name!r}, output_type={self.config.output_type!r}, "
+            f"num_fewshot={self.config.num_fewshot}, num_docs={len(self.eval_docs)})"
+        )

@@ -52,7 +52,9 @@ def render(
         raise JaxevalError(
             f"template {template!r} uses an undefined variable ({e.message}); "
             f"the document has keys {sorted(doc)}",
-            task=task, field=field, doc=doc_index,
+            task=task,
+            field=field,
+            doc=doc_index,
             hint="fix the template or point it at a field the dataset has",
         ) from None
     except jinja2.TemplateError as e:
@@ -62,6 +64,8 @@ def render(
     except Exception as e:  # the template's own arithmetic/filters on this document's values
         raise JaxevalError(
             f"template {template!r} failed on this document: {type(e).__name__}: {e}",
-            task=task, field=field, doc=doc_index,
+            task=task,
+            field=field,
+            doc=doc_index,
             hint="make the template handle this document's values (or fix the document)",
         ) from None

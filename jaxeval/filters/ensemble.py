@@ -93,11 +93,15 @@ def check_filter_class(pipeline: str, cls: Callable, kwargs: Mapping[str, Any]) 
     try:
         obj = cls(**kwargs)
     except TypeError as e:
-        raise JaxevalError(f"filter class {name} does not accept {dict(kwargs)} ({e})",
-                           field=field) from None
+        raise JaxevalError(
+            f"filter class {name} does not accept {dict(kwargs)} ({e})", field=field
+        ) from None
     if not callable(getattr(obj, "apply", None)):
-        raise JaxevalError(f"filter {name} has no apply(resps, docs) method", field=field,
-                           hint="a filter class follows lm-eval's Filter protocol")
+        raise JaxevalError(
+            f"filter {name} has no apply(resps, docs) method",
+            field=field,
+            hint="a filter class follows lm-eval's Filter protocol",
+        )
 
 
 def check_filter_kwargs(pipeline: str, name: str | Callable, kwargs: Mapping[str, Any]) -> None:

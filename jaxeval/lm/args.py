@@ -57,7 +57,11 @@ def parse_model_args(arg_string: str | dict | None, flag: str = "model_args") ->
                 f"--{flag} entry {part!r} has no '='",
                 field=flag,
                 hint="write key=value pairs separated by commas, e.g. "
-                + ("temperature=0,max_gen_toks=64" if flag == "gen_kwargs" else "pretrained=DIR,dtype=float32"),
+                + (
+                    "temperature=0,max_gen_toks=64"
+                    if flag == "gen_kwargs"
+                    else "pretrained=DIR,dtype=float32"
+                ),
             )
         key, value = part.split("=", 1)
         out[key.strip()] = typed_value(value.strip())

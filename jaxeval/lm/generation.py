@@ -310,8 +310,11 @@ class Generator:
 
         def batch_rows(pb: PlannedBatch, res: GenerateResult) -> None:
             if on_rows is not None:
-                rows = [(int(pos), res.tokens[r, : res.length[r]].tolist(), int(res.reason[r]))
-                        for r, pos in enumerate(pb.rows) if pos >= 0]
+                rows = [
+                    (int(pos), res.tokens[r, : res.length[r]].tolist(), int(res.reason[r]))
+                    for r, pos in enumerate(pb.rows)
+                    if pos >= 0
+                ]
                 on_rows(rows)
 
         for pb, res in self._run(plan, on_batch or (lambda n, t: None), batch_rows):

@@ -262,9 +262,15 @@ class JaxLM(LM):
         self.max_batch_size = int(max_batch_size)
         # Generation rows per batch. Outputs never depend on it (per-row settings and PRNG keys),
         # so lm-eval's default batch_size=1 does not force one prompt at a time here.
-        self.gen_batch_size = int(gen_batch_size) if gen_batch_size else (
-            self.max_batch_size if self.batch_size == "auto" or not isinstance(self.batch_size, int)
-            else max(self.batch_size, GEN_MIN_BATCH))
+        self.gen_batch_size = (
+            int(gen_batch_size)
+            if gen_batch_size
+            else (
+                self.max_batch_size
+                if self.batch_size == "auto" or not isinstance(self.batch_size, int)
+                else max(self.batch_size, GEN_MIN_BATCH)
+            )
+        )
         self.seed = int(seed)
         if token_budget is None:  # the same for N, auto and auto:N (see the module docstring)
             token_budget = auto_token_budget(
@@ -290,7 +296,9 @@ class JaxLM(LM):
         self.stats: dict[str, float] = {}  # the last scoring call
         self.totals: dict[str, float] = {}  # every scoring call so far (reported in model_info)
 
-    def _make_tokenizer(self, tokenizer, path, revision, trust_remote_code, use_fast, add_bos_token):
+    def _make_tokenizer(
+        self, tokenizer, path, revision, trust_remote_code, use_fast, add_bos_token
+    ):
         if tokenizer is not None and not isinstance(tokenizer, str):
             return tokenizer
         if tokenizer is None and self.loaded.gguf_file:
@@ -583,10 +591,17 @@ class JaxLM(LM):
         """lm-eval's generate_until on the JAX decode kernel (`jaxeval.lm.generation`)."""
         from jaxeval.lm.generation import generate_until
 
-        return generate_until(requests, model=self.loaded, tokenizer=self._tokenizer, encoder=self.encoder,
-                              max_length=self._max_length, batch_size=self.gen_batch_size, seed=self.seed,
-                              disable_tqdm=disable_tqdm or not self.is_main_process,
-                              on_answers=self.answer_hook)
+        return generate_until(
+            requests,
+            model=self.loaded,
+            tokenizer=self._tokenizer,
+            encoder=self.encoder,
+            max_length=self._max_length,
+            batch_size=self.gen_batch_size,
+            seed=self.seed,
+            disable_tqdm=disable_tqdm or not self.is_main_process,
+            on_answers=self.answer_hook,
+        )
 
 
 def _register() -> None:

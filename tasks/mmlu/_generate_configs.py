@@ -100,8 +100,10 @@ def subject_yaml(subject: str, category: str) -> str:
 
 def group_yaml(category: str) -> str:
     alias = category.replace("_", " ")
-    return (f"group: mmlu_{category}\ngroup_alias: {alias}\ntask:\n  - mmlu_{category}_tasks\n"
-            "aggregate_metric_list:\n  - metric: acc\n    weight_by_size: True\nmetadata:\n  version: 2\n")
+    return (
+        f"group: mmlu_{category}\ngroup_alias: {alias}\ntask:\n  - mmlu_{category}_tasks\n"
+        "aggregate_metric_list:\n  - metric: acc\n    weight_by_size: True\nmetadata:\n  version: 2\n"
+    )
 
 
 def main() -> None:
@@ -116,9 +118,12 @@ def main() -> None:
         with open(os.path.join(out, f"_mmlu_{category}.yaml"), "w") as fh:
             fh.write(group_yaml(category))
     with open(os.path.join(out, "_mmlu.yaml"), "w") as fh:
-        fh.write("group: mmlu\ntask:\n" + "".join(f"  - mmlu_{c}\n" for c in CATEGORIES)
-                 + "aggregate_metric_list:\n  - metric: acc\n    weight_by_size: True\n"
-                 "metadata:\n  version: 2\n")
+        fh.write(
+            "group: mmlu\ntask:\n"
+            + "".join(f"  - mmlu_{c}\n" for c in CATEGORIES)
+            + "aggregate_metric_list:\n  - metric: acc\n    weight_by_size: True\n"
+            "metadata:\n  version: 2\n"
+        )
 
 
 if __name__ == "__main__":

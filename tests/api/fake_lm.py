@@ -35,8 +35,12 @@ def rolling(text: str) -> float:
     return -(1.0 + _unit("roll", text)) * len(text) / 3.0
 
 
-def generate(ctx: str, gen_kwargs: dict, generations: list[str] = GENERATIONS,
-             gold_of: Callable[[str], str | None] | None = None) -> str:
+def generate(
+    ctx: str,
+    gen_kwargs: dict,
+    generations: list[str] = GENERATIONS,
+    gold_of: Callable[[str], str | None] | None = None,
+) -> str:
     """One of `generations` picked by the context's hash; "{gold}" is filled by `gold_of(ctx)`."""
     out = generations[int(_unit("gen", ctx) * len(generations))]
     if "{gold}" in out:
@@ -51,12 +55,18 @@ class RequestLog:
     """Records every request an evaluator sends, as plain tuples."""
 
     def __init__(self) -> None:
-        self.calls: dict[str, list[tuple]] = {"loglikelihood": [], "loglikelihood_rolling": [],
-                                               "generate_until": []}
+        self.calls: dict[str, list[tuple]] = {
+            "loglikelihood": [],
+            "loglikelihood_rolling": [],
+            "generate_until": [],
+        }
 
 
-def make_jaxeval_lm(log: RequestLog | None = None, generations: list[str] = GENERATIONS,
-                    gold_of: Callable[[str], str | None] | None = None):
+def make_jaxeval_lm(
+    log: RequestLog | None = None,
+    generations: list[str] = GENERATIONS,
+    gold_of: Callable[[str], str | None] | None = None,
+):
     from jaxeval.lm.base import LM
 
     class FakeJaxevalLM(LM):
@@ -78,8 +88,11 @@ def make_jaxeval_lm(log: RequestLog | None = None, generations: list[str] = GENE
     return FakeJaxevalLM()
 
 
-def make_lm_eval_lm(log: RequestLog | None = None, generations: list[str] = GENERATIONS,
-                    gold_of: Callable[[str], str | None] | None = None):
+def make_lm_eval_lm(
+    log: RequestLog | None = None,
+    generations: list[str] = GENERATIONS,
+    gold_of: Callable[[str], str | None] | None = None,
+):
     from lm_eval.api.model import LM
 
     class FakeLmEvalLM(LM):

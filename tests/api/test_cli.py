@@ -39,30 +39,77 @@ def run(*args: str) -> int:
 
 def test_run_writes_lm_eval_schema_and_samples(tmp_path, shared_data, capsys):
     out = tmp_path / "out"
-    rc = run("--model_args", "pretrained=/models/tiny-llama", "--tasks", "arc_easy", "--limit", "10",
-             "--data_dir", str(shared_data), "--output_path", str(out), "--log_samples",
-             "--bootstrap_iters", "100")
+    rc = run(
+        "--model_args",
+        "pretrained=/models/tiny-llama",
+        "--tasks",
+        "arc_easy",
+        "--limit",
+        "10",
+        "--data_dir",
+        str(shared_data),
+        "--output_path",
+        str(out),
+        "--log_samples",
+        "--bootstrap_iters",
+        "100",
+    )
     assert rc == 0
     folder = out / "__models__tiny-llama"
     results_files = list(folder.glob("results_*.json"))
     assert len(results_files) == 1
     res = json.loads(results_files[0].read_text())
-    for key in ("results", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better", "n-samples",
-                "config", "git_hash", "date", "task_hashes", "model_name", "model_name_sanitized"):
+    for key in (
+        "results",
+        "group_subtasks",
+        "configs",
+        "versions",
+        "n-shot",
+        "higher_is_better",
+        "n-samples",
+        "config",
+        "git_hash",
+        "date",
+        "task_hashes",
+        "model_name",
+        "model_name_sanitized",
+    ):
         assert key in res, key
     r = res["results"]["arc_easy"]
-    assert set(r) >= {"name", "alias", "sample_len", "acc,none", "acc_stderr,none", "acc_norm,none",
-                      "acc_norm_stderr,none"}
+    assert set(r) >= {
+        "name",
+        "alias",
+        "sample_len",
+        "acc,none",
+        "acc_stderr,none",
+        "acc_norm,none",
+        "acc_norm_stderr,none",
+    }
     assert r["sample_len"] == 10
     assert res["n-samples"]["arc_easy"] == {"original": ARC_EASY_TEST_ROWS, "effective": 10}
     assert res["versions"]["arc_easy"] == 1.0
     assert res["config"]["limit"] == 10.0 and res["config"]["model"] == "fake"
-    samples = (folder / results_files[0].name.replace("results_", "samples_arc_easy_")).with_suffix(".jsonl")
+    samples = (folder / results_files[0].name.replace("results_", "samples_arc_easy_")).with_suffix(
+        ".jsonl"
+    )
     lines = [json.loads(x) for x in samples.read_text().splitlines()]
     assert len(lines) == 10
     first = lines[0]
-    assert set(first) >= {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics",
-                          "doc_hash", "prompt_hash", "target_hash", "acc", "acc_norm"}
+    assert set(first) >= {
+        "doc_id",
+        "doc",
+        "target",
+        "arguments",
+        "resps",
+        "filtered_resps",
+        "filter",
+        "metrics",
+        "doc_hash",
+        "prompt_hash",
+        "target_hash",
+        "acc",
+        "acc_norm",
+    }
     assert first["arguments"]["gen_args_0"]["arg_0"].startswith("Question: ")
     assert isinstance(first["resps"][0][0][0], str)
     table = capsys.readouterr().out
@@ -94,18 +141,40 @@ BASE = textwrap.dedent("""\
     doc_to_choice: "{{{{choices}}}}"
     doc_to_target: "{{{{gold}}}}"
     """)
-ROWS = [{"q": "one?", "choices": ["a", "b"], "gold": 1}, {"q": "two?", "choices": ["c", "d"], "gold": 0}]
+ROWS = [
+    {"q": "one?", "choices": ["a", "b"], "gold": 1},
+    {"q": "two?", "choices": ["c", "d"], "gold": 0},
+]
 
 
 @pytest.mark.parametrize(
     "extra,rows,needles",
     [
-        ("metric_list:\n  - metric: accuraccy\n", ROWS, ["unknown metric 'accuraccy'", "bad_task", "metric_list"]),
-        ("metric_list:\n  - metric: acc\n    aggregation: meen\n", ROWS, ["unknown aggregation 'meen'", "mean"]),
-        ("filter_list:\n  - name: f\n    filter:\n      - function: regexx\n", ROWS, ["unknown filter 'regexx'"]),
-        ("", [ROWS[0], {"q": "two?", "choices": ["c", "d"], "gold": 5}], ["document 1", "outside the 2 choices"]),
-        ("doc_to_decontamination_query: x\nprocess_results: !function nomod_abc.f\n", ROWS,
-         ["module 'nomod_abc' is not beside the YAML"]),
+        (
+            "metric_list:\n  - metric: accuraccy\n",
+            ROWS,
+            ["unknown metric 'accuraccy'", "bad_task", "metric_list"],
+        ),
+        (
+            "metric_list:\n  - metric: acc\n    aggregation: meen\n",
+            ROWS,
+            ["unknown aggregation 'meen'", "mean"],
+        ),
+        (
+            "filter_list:\n  - name: f\n    filter:\n      - function: regexx\n",
+            ROWS,
+            ["unknown filter 'regexx'"],
+        ),
+        (
+            "",
+            [ROWS[0], {"q": "two?", "choices": ["c", "d"], "gold": 5}],
+            ["document 1", "outside the 2 choices"],
+        ),
+        (
+            "doc_to_decontamination_query: x\nprocess_results: !function nomod_abc.f\n",
+            ROWS,
+            ["module 'nomod_abc' is not beside the YAML"],
+        ),
         ("description: '{{missing_field}}'\n", ROWS, ["missing_field", "document 0", "bad_task"]),
     ],
 )
@@ -134,7 +203,16 @@ def test_target_not_among_choices(tmp_path, capsys):
 @pytest.mark.parametrize("limit", ["-1", "0", "2.5"])
 def test_limit_out_of_range(tmp_path, shared_data, capsys, limit):
     out = tmp_path / "o"
-    rc = run("--tasks", "arc_easy", "--data_dir", str(shared_data), "--limit", limit, "--output_path", str(out))
+    rc = run(
+        "--tasks",
+        "arc_easy",
+        "--data_dir",
+        str(shared_data),
+        "--limit",
+        limit,
+        "--output_path",
+        str(out),
+    )
     assert rc == 2 and "--limit" in capsys.readouterr().err and not out.exists()
 
 
@@ -156,8 +234,19 @@ def test_malformed_model_args(capsys):
 
 def test_samples_flag_and_use_cache(tmp_path, shared_data, capsys):
     cache = tmp_path / "cache" / "lm"
-    args = ["--tasks", "arc_easy", "--data_dir", str(shared_data), "--samples", '{"arc_easy": [3, 7, 11]}',
-            "--use_cache", str(cache), "--output_path", str(tmp_path / "o"), "--log_samples"]
+    args = [
+        "--tasks",
+        "arc_easy",
+        "--data_dir",
+        str(shared_data),
+        "--samples",
+        '{"arc_easy": [3, 7, 11]}',
+        "--use_cache",
+        str(cache),
+        "--output_path",
+        str(tmp_path / "o"),
+        "--log_samples",
+    ]
     assert run(*args) == 0
     first_calls = sum(CALLS)
     assert first_calls > 0
@@ -171,8 +260,22 @@ def test_samples_flag_and_use_cache(tmp_path, shared_data, capsys):
 
 def test_predict_only_uses_bypass(tmp_path, shared_data):
     out = tmp_path / "o"
-    assert run("--tasks", "gsm8k", "--data_dir", str(shared_data), "--limit", "3", "--num_fewshot", "0",
-               "--predict_only", "--output_path", str(out)) == 0
+    assert (
+        run(
+            "--tasks",
+            "gsm8k",
+            "--data_dir",
+            str(shared_data),
+            "--limit",
+            "3",
+            "--num_fewshot",
+            "0",
+            "--predict_only",
+            "--output_path",
+            str(out),
+        )
+        == 0
+    )
     res = json.loads(next(out.rglob("results_*.json")).read_text())
     assert res["results"]["gsm8k"]["bypass,strict-match"] == 999
 
@@ -180,7 +283,15 @@ def test_predict_only_uses_bypass(tmp_path, shared_data):
 def test_ls_lists_tasks_groups_tags(capsys):
     assert main(["ls", "tasks"]) == 0
     out = capsys.readouterr().out
-    for name in ("arc_easy", "mmlu_anatomy", "mmlu", "mmlu_stem", "ai2_arc", "lambada_openai", "gsm8k"):
+    for name in (
+        "arc_easy",
+        "mmlu_anatomy",
+        "mmlu",
+        "mmlu_stem",
+        "ai2_arc",
+        "lambada_openai",
+        "gsm8k",
+    ):
         assert f"\n{name} " in out
     assert main(["ls", "groups"]) == 0
     groups = capsys.readouterr().out
@@ -198,8 +309,12 @@ def test_cache_requests_writes_reads_refreshes_and_deletes(tmp_path, shared_data
     cached = pickle.loads(files[0].read_bytes())
     assert len(cached) == ARC_EASY_TEST_ROWS  # every document is built when writing, like lm-eval
     assert run(*base, str(tmp_path / "b"), "--cache_requests") == 0
-    ra = json.loads(next((tmp_path / "a").rglob("results_*.json")).read_text())["results"]["arc_easy"]
-    rb = json.loads(next((tmp_path / "b").rglob("results_*.json")).read_text())["results"]["arc_easy"]
+    ra = json.loads(next((tmp_path / "a").rglob("results_*.json")).read_text())["results"][
+        "arc_easy"
+    ]
+    rb = json.loads(next((tmp_path / "b").rglob("results_*.json")).read_text())["results"][
+        "arc_easy"
+    ]
     assert ra == rb
     assert run(*base, str(tmp_path / "c"), "--cache_requests", "delete") == 0
     assert len(list((tmp_path / "rc").glob("*.pickle"))) == 1
@@ -219,10 +334,23 @@ def test_bad_device(capsys):
 def test_data_dir_finds_collection_configs_by_name(shared_data):
     from jaxeval.api.data import find_local_files
 
-    found = find_local_files(str(shared_data), dataset_path="aps/super_glue", dataset_name="boolq",
-                             splits=["train", "validation"])
+    found = find_local_files(
+        str(shared_data),
+        dataset_path="aps/super_glue",
+        dataset_name="boolq",
+        splits=["train", "validation"],
+    )
     assert found == {"validation": str(shared_data / "boolq" / "validation.jsonl")}
-    arc = find_local_files(str(shared_data), dataset_path="allenai/ai2_arc", dataset_name="ARC-Easy",
-                           splits=["train", "validation", "test"])
+    arc = find_local_files(
+        str(shared_data),
+        dataset_path="allenai/ai2_arc",
+        dataset_name="ARC-Easy",
+        splits=["train", "validation", "test"],
+    )
     assert set(arc) == {"validation", "test"}
-    assert find_local_files(str(shared_data), dataset_path="x/none", dataset_name="nope", splits=["test"]) is None
+    assert (
+        find_local_files(
+            str(shared_data), dataset_path="x/none", dataset_name="nope", splits=["test"]
+        )
+        is None
+    )

@@ -35,14 +35,22 @@ def test_every_lm_eval_field_exists():
 
 
 def test_generation_kwargs_until_defaults_to_fewshot_delimiter_and_temperature_is_float():
-    cfg = TaskConfig(task="t", generation_kwargs={"temperature": 0, "max_gen_toks": 5}, fewshot_delimiter="\n")
+    cfg = TaskConfig(
+        task="t", generation_kwargs={"temperature": 0, "max_gen_toks": 5}, fewshot_delimiter="\n"
+    )
     assert cfg.generation_kwargs == {"temperature": 0.0, "max_gen_toks": 5, "until": ["\n"]}
     assert isinstance(cfg.generation_kwargs["temperature"], float)
 
 
 def test_fewshot_config_inherits_task_fields():
-    cfg = TaskConfig(task="t", output_type="multiple_choice", doc_to_text="q", fewshot_split="dev",
-                     target_delimiter=":", fewshot_config={"sampler": "first_n", "doc_to_text": "other"})
+    cfg = TaskConfig(
+        task="t",
+        output_type="multiple_choice",
+        doc_to_text="q",
+        fewshot_split="dev",
+        target_delimiter=":",
+        fewshot_config={"sampler": "first_n", "doc_to_text": "other"},
+    )
     assert cfg.fewshot.sampler == "first_n"
     assert cfg.fewshot.split == "dev"
     assert cfg.fewshot.doc_to_text == "other"
@@ -73,7 +81,9 @@ def test_unknown_key_suggests_the_close_name():
 
 
 def test_group_config_normalises_like_lm_eval():
-    g = GroupConfig(group="g", task="a", aggregate_metric_list={"metric": "acc", "filter_list": "none"})
+    g = GroupConfig(
+        group="g", task="a", aggregate_metric_list={"metric": "acc", "filter_list": "none"}
+    )
     assert g.task == ["a"]
     assert g.aggregate_metric_list[0].filter_list == ["none"]
     assert g.aggregate_metric_list[0].weight_by_size is True
@@ -83,14 +93,18 @@ def test_group_config_normalises_like_lm_eval():
 
 def test_include_merges_in_order_local_keys_win_and_functions_resolve(tmp_path):
     (tmp_path / "utils.py").write_text("def double(x):\n    return 2 * x\n")
-    (tmp_path / "base.yaml").write_text("output_type: multiple_choice\ndoc_to_text: base\ntask_list: [x]\n")
+    (tmp_path / "base.yaml").write_text(
+        "output_type: multiple_choice\ndoc_to_text: base\ntask_list: [x]\n"
+    )
     (tmp_path / "mid.yaml").write_text("include: base.yaml\ndoc_to_text: mid\ndescription: d\n")
-    (tmp_path / "t.yaml").write_text(textwrap.dedent("""\
+    (tmp_path / "t.yaml").write_text(
+        textwrap.dedent("""\
         include: mid.yaml
         task: t
         description: mine
         process_docs: !function utils.double
-        """))
+        """)
+    )
     cfg = load_yaml(tmp_path / "t.yaml")
     assert cfg["doc_to_text"] == "mid" and cfg["description"] == "mine"
     assert cfg["output_type"] == "multiple_choice"
@@ -125,7 +139,9 @@ def test_malformed_yaml_names_the_file(tmp_path):
 
 def test_to_dict_drops_none_and_shows_function_source(tmp_path):
     (tmp_path / "utils.py").write_text("def proc(ds):\n    return ds\n")
-    (tmp_path / "t.yaml").write_text("task: t\noutput_type: loglikelihood\nprocess_docs: !function utils.proc\n")
+    (tmp_path / "t.yaml").write_text(
+        "task: t\noutput_type: loglikelihood\nprocess_docs: !function utils.proc\n"
+    )
     cfg = TaskConfig.from_dict(load_yaml(tmp_path / "t.yaml"))
     d = cfg.to_dict()
     assert "dataset_name" not in d

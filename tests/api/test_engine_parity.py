@@ -26,16 +26,26 @@ def _lm_eval_tasks_dir() -> str:
 
 # task -> (lm-eval YAML relative to its tasks dir, {split: file under tests/data}, extra overrides)
 CASES = {
-    "arc_easy": ("arc/arc_easy.yaml",
-                 {"test": "ai2_arc/ARC-Easy/test.jsonl", "validation": "ai2_arc/ARC-Easy/validation.jsonl"},
-                 {"fewshot_split": "validation"}),
-    "mmlu_anatomy": ("mmlu/default/mmlu_anatomy.yaml",
-                     {"test": "mmlu/anatomy/test.jsonl", "dev": "mmlu/anatomy/dev.jsonl"}, {}),
-    "mmlu_astronomy": ("mmlu/default/mmlu_astronomy.yaml",
-                       {"test": "mmlu/astronomy/test.jsonl", "dev": "mmlu/astronomy/dev.jsonl"}, {}),
-    "mmlu_abstract_algebra": ("mmlu/default/mmlu_abstract_algebra.yaml",
-                              {"test": "mmlu/abstract_algebra/test.jsonl",
-                               "dev": "mmlu/abstract_algebra/dev.jsonl"}, {}),
+    "arc_easy": (
+        "arc/arc_easy.yaml",
+        {"test": "ai2_arc/ARC-Easy/test.jsonl", "validation": "ai2_arc/ARC-Easy/validation.jsonl"},
+        {"fewshot_split": "validation"},
+    ),
+    "mmlu_anatomy": (
+        "mmlu/default/mmlu_anatomy.yaml",
+        {"test": "mmlu/anatomy/test.jsonl", "dev": "mmlu/anatomy/dev.jsonl"},
+        {},
+    ),
+    "mmlu_astronomy": (
+        "mmlu/default/mmlu_astronomy.yaml",
+        {"test": "mmlu/astronomy/test.jsonl", "dev": "mmlu/astronomy/dev.jsonl"},
+        {},
+    ),
+    "mmlu_abstract_algebra": (
+        "mmlu/default/mmlu_abstract_algebra.yaml",
+        {"test": "mmlu/abstract_algebra/test.jsonl", "dev": "mmlu/abstract_algebra/dev.jsonl"},
+        {},
+    ),
     "lambada_openai": ("lambada/lambada_openai.yaml", {"test": "lambada_openai/test.jsonl"}, {}),
     "gsm8k": ("gsm8k/gsm8k.yaml", {"test": "gsm8k/test.jsonl", "train": "gsm8k/train.jsonl"}, {}),
 }
@@ -65,10 +75,14 @@ def oracle_dirs(tmp_path_factory, shared_data):
     jaxeval: only the group file (its tasks come from the built-in library + --data_dir)."""
     lm_dir = tmp_path_factory.mktemp("lm_eval_tasks")
     for name, (rel, files, extra) in CASES.items():
-        cfg = {"include": os.path.join(_lm_eval_tasks_dir(), rel), "task": name, "dataset_path": "json",
-               "dataset_name": None,
-               "dataset_kwargs": {"data_files": {s: str(shared_data / f) for s, f in files.items()}},
-               **extra}
+        cfg = {
+            "include": os.path.join(_lm_eval_tasks_dir(), rel),
+            "task": name,
+            "dataset_path": "json",
+            "dataset_name": None,
+            "dataset_kwargs": {"data_files": {s: str(shared_data / f) for s, f in files.items()}},
+            **extra,
+        }
         (lm_dir / f"{name}.yaml").write_text(_yaml_block(cfg))
     (lm_dir / "mini_mmlu.yaml").write_text(GROUP_YAML)
     jx_dir = tmp_path_factory.mktemp("jaxeval_tasks")
@@ -92,9 +106,15 @@ def _run_lm_eval(lm_dir, tasks, num_fewshot, limit, bootstrap_iters):
     import lm_eval
 
     log = fake_lm.RequestLog()
-    res = lm_eval.simple_evaluate(model=fake_lm.make_lm_eval_lm(log), tasks=tasks, num_fewshot=num_fewshot,
-                                  limit=limit, bootstrap_iters=bootstrap_iters, log_samples=False,
-                                  task_manager=_lm_eval_task_manager(lm_dir))
+    res = lm_eval.simple_evaluate(
+        model=fake_lm.make_lm_eval_lm(log),
+        tasks=tasks,
+        num_fewshot=num_fewshot,
+        limit=limit,
+        bootstrap_iters=bootstrap_iters,
+        log_samples=False,
+        task_manager=_lm_eval_task_manager(lm_dir),
+    )
     return res, log
 
 
@@ -106,9 +126,15 @@ def _run_jaxeval(jx_dir, shared_data, tasks, num_fewshot, limit, bootstrap_iters
     specs = [{"task": t, **overrides[t]} if t in overrides else t for t in tasks]
     log = fake_lm.RequestLog()
     tm = TaskManager(str(jx_dir), data_dir=str(shared_data))
-    res = jaxeval.simple_evaluate(model=fake_lm.make_jaxeval_lm(log), tasks=specs, num_fewshot=num_fewshot,
-                                  limit=limit, bootstrap_iters=bootstrap_iters, log_samples=False,
-                                  task_manager=tm)
+    res = jaxeval.simple_evaluate(
+        model=fake_lm.make_jaxeval_lm(log),
+        tasks=specs,
+        num_fewshot=num_fewshot,
+        limit=limit,
+        bootstrap_iters=bootstrap_iters,
+        log_samples=False,
+        task_manager=tm,
+    )
     return res, log
 
 
@@ -155,33 +181,52 @@ def test_group_aggregation_matches_lm_eval(oracle_dirs, shared_data):
     names = ["mmlu_anatomy", "mmlu_astronomy", "mmlu_abstract_algebra"]
     _assert_same_results(ours, theirs, names)
     for key in ("acc,none", "acc_stderr,none", "sample_len"):
-        assert ours["results"]["mini_mmlu"][key] == pytest.approx(theirs["results"]["mini_mmlu"][key], rel=1e-12)
+        assert ours["results"]["mini_mmlu"][key] == pytest.approx(
+            theirs["results"]["mini_mmlu"][key], rel=1e-12
+        )
     assert ours["results"]["mini_mmlu"]["alias"] == theirs["results"]["mini_mmlu"]["alias"]
-    assert ours["groups"]["mini_mmlu"]["acc,none"] == pytest.approx(theirs["groups"]["mini_mmlu"]["acc,none"], rel=1e-12)
+    assert ours["groups"]["mini_mmlu"]["acc,none"] == pytest.approx(
+        theirs["groups"]["mini_mmlu"]["acc,none"], rel=1e-12
+    )
     assert ours["group_subtasks"] == theirs["group_subtasks"]
     assert ours["versions"]["mini_mmlu"] == theirs["versions"]["mini_mmlu"]
 
 
 @pytest.mark.parametrize("task,num_fewshot", [("arc_easy", 2), ("gsm8k", 2), ("mmlu_anatomy", 1)])
 @pytest.mark.parametrize("multiturn", [True, False])
-def test_chat_template_and_system_instruction_match_lm_eval(oracle_dirs, shared_data, task, num_fewshot,
-                                                            multiturn):
+def test_chat_template_and_system_instruction_match_lm_eval(
+    oracle_dirs, shared_data, task, num_fewshot, multiturn
+):
     import lm_eval
 
     import jaxeval
     from jaxeval.api.task_manager import TaskManager
 
     lm_dir, jx_dir = oracle_dirs
-    kwargs = dict(num_fewshot=num_fewshot, limit=6, bootstrap_iters=0, log_samples=False,
-                  apply_chat_template=True, fewshot_as_multiturn=multiturn,
-                  system_instruction="You are a careful solver.")
+    kwargs = dict(
+        num_fewshot=num_fewshot,
+        limit=6,
+        bootstrap_iters=0,
+        log_samples=False,
+        apply_chat_template=True,
+        fewshot_as_multiturn=multiturn,
+        system_instruction="You are a careful solver.",
+    )
     their_log, our_log = fake_lm.RequestLog(), fake_lm.RequestLog()
-    lm_eval.simple_evaluate(model=fake_lm.with_chat(fake_lm.make_lm_eval_lm(their_log)), tasks=[task],
-                            task_manager=_lm_eval_task_manager(lm_dir), **kwargs)
+    lm_eval.simple_evaluate(
+        model=fake_lm.with_chat(fake_lm.make_lm_eval_lm(their_log)),
+        tasks=[task],
+        task_manager=_lm_eval_task_manager(lm_dir),
+        **kwargs,
+    )
     extra = CASES[task][2]
     spec = {"task": task, **extra} if extra else task
-    jaxeval.simple_evaluate(model=fake_lm.with_chat(fake_lm.make_jaxeval_lm(our_log)), tasks=[spec],
-                            task_manager=TaskManager(str(jx_dir), data_dir=str(shared_data)), **kwargs)
+    jaxeval.simple_evaluate(
+        model=fake_lm.with_chat(fake_lm.make_jaxeval_lm(our_log)),
+        tasks=[spec],
+        task_manager=TaskManager(str(jx_dir), data_dir=str(shared_data)),
+        **kwargs,
+    )
     assert our_log.calls == their_log.calls
     first = next(v for v in our_log.calls.values() if v)[0][0]
     assert first.startswith("<|im_start|>system\nYou are a careful solver.")

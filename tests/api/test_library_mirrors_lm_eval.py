@@ -40,4 +40,6 @@ def test_yaml_equals_lm_eval(path):
     assert theirs_path.is_file(), f"lm-eval has no {rel}"
     ours = load_yaml(path, resolve_functions=False)
     theirs = lm_eval_load_yaml(theirs_path, resolve_func=False)
-    assert {k: _normalise(v) for k, v in ours.items()} == {k: _normalise(v) for k, v in theirs.items()}
+    assert {k: _normalise(v) for k, v in ours.items()} == {
+        k: _normalise(v) for k, v in theirs.items()
+    }

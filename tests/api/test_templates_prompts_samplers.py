@@ -17,9 +17,17 @@ def test_render_keeps_trailing_newline_and_has_regex_replace():
     assert render("{{ s | regex_replace('[0-9]+', '#') }}", {"s": "a1b22"}) == "a#b#"
     from lm_eval.utils import apply_template
 
-    doc = {"question": "Why?", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "B"}
-    for tpl in ["Question: {{question}}\nAnswer:", "{{choices.label.index(answerKey)}}", "{{choices.text}}",
-                "{{question.strip()}}\nA. {{choices.text[0]}}"]:
+    doc = {
+        "question": "Why?",
+        "choices": {"text": ["a", "b"], "label": ["A", "B"]},
+        "answerKey": "B",
+    }
+    for tpl in [
+        "Question: {{question}}\nAnswer:",
+        "{{choices.label.index(answerKey)}}",
+        "{{choices.text}}",
+        "{{question.strip()}}\nA. {{choices.text[0]}}",
+    ]:
         assert render(tpl, doc) == apply_template(tpl, doc)
 
 
@@ -37,8 +45,18 @@ def test_render_is_sandboxed():
         render("{{ q.__class__.__mro__[1].__subclasses__() }}", {"q": "x"})
 
 
-@pytest.mark.parametrize("pre,suf,delim", [("a", "b", " "), ("a ", "b", " "), ("a", " b", "\n"), ("", "b", " "),
-                                           ("a", "", " "), (None, "b", " "), ("a\n", "b", "\n\n")])
+@pytest.mark.parametrize(
+    "pre,suf,delim",
+    [
+        ("a", "b", " "),
+        ("a ", "b", " "),
+        ("a", " b", "\n"),
+        ("", "b", " "),
+        ("a", "", " "),
+        (None, "b", " "),
+        ("a\n", "b", "\n\n"),
+    ],
+)
 def test_maybe_delimit_matches_lm_eval(pre, suf, delim):
     from lm_eval.api.utils import maybe_delimit
 
@@ -46,12 +64,19 @@ def test_maybe_delimit_matches_lm_eval(pre, suf, delim):
 
 
 def test_fewshot_string_examples_from_lm_eval_tests():
-    msgs = (prompt.qa_turn("Q1", answer="A1") + prompt.qa_turn("Q2", answer="A2")
-            + prompt.qa_turn("Q3", fewshot_delimiter=""))
+    msgs = (
+        prompt.qa_turn("Q1", answer="A1")
+        + prompt.qa_turn("Q2", answer="A2")
+        + prompt.qa_turn("Q3", fewshot_delimiter="")
+    )
     assert prompt.messages_to_text(msgs) == "Q1 A1\n\nQ2 A2\n\nQ3"
-    system = prompt.Message("system", prompt.maybe_delimit("Be helpful.", "Answer math questions.", "\n\n"))
-    assert prompt.messages_to_text([system, *prompt.qa_turn("2+2?", fewshot_delimiter="")]) == \
-        "Be helpful.\n\nAnswer math questions.2+2?"
+    system = prompt.Message(
+        "system", prompt.maybe_delimit("Be helpful.", "Answer math questions.", "\n\n")
+    )
+    assert (
+        prompt.messages_to_text([system, *prompt.qa_turn("2+2?", fewshot_delimiter="")])
+        == "Be helpful.\n\nAnswer math questions.2+2?"
+    )
 
 
 @pytest.mark.parametrize("gen_prefix", [None, "Answer:", "Answer: "])
@@ -62,17 +87,29 @@ def test_qa_turn_matches_lm_eval_build_qa_turn(gen_prefix, q):
     build = ConfigurableTask.build_qa_turn
     for kwargs in [dict(a="Paris"), dict(a=1, c=["x", "y"]), dict(a=["first", "second"]), dict()]:
         theirs = build(None, q=q, gen_prefix=gen_prefix, tgt_delim=" ", few_delim="\n\n", **kwargs)
-        ours = prompt.qa_turn(q, choices=kwargs.get("c"), answer=kwargs.get("a"), gen_prefix=gen_prefix,
-                              target_delimiter=" ", fewshot_delimiter="\n\n")
-        assert [(m.role, m.content, m.delimiter) for m in ours] == \
-            [(m.role, m.content, m._delimiter) for m in theirs]
+        ours = prompt.qa_turn(
+            q,
+            choices=kwargs.get("c"),
+            answer=kwargs.get("a"),
+            gen_prefix=gen_prefix,
+            target_delimiter=" ",
+            fewshot_delimiter="\n\n",
+        )
+        assert [(m.role, m.content, m.delimiter) for m in ours] == [
+            (m.role, m.content, m._delimiter) for m in theirs
+        ]
 
 
 def test_multiturn_to_singleturn_matches_lm_eval():
     from lm_eval.api.utils import Message, multiturn_to_singleturn
 
-    spec = [("system", "sys", ""), ("user", "Q1", " "), ("assistant", "A1", "\n\n"), ("user", "Q2", " "),
-            ("assistant", "Answer:", "")]
+    spec = [
+        ("system", "sys", ""),
+        ("user", "Q1", " "),
+        ("assistant", "A1", "\n\n"),
+        ("user", "Q2", " "),
+        ("assistant", "Answer:", ""),
+    ]
     for msgs in (spec, spec[:-1], spec[1:]):
         theirs = multiturn_to_singleturn([Message(*m) for m in msgs])
         ours = prompt.multiturn_to_singleturn([prompt.Message(*m) for m in msgs])
@@ -102,7 +139,8 @@ def test_fewshot_indices_subset_the_pool_first():
     s = RandomSampler(pool, seed=1, fewshot_indices=[2, 4, 6])
     assert all(d["id"] in (2, 4, 6) for d in s.sample(3))
     assert random.Random(1).sample([pool[2], pool[4], pool[6]], 3) == RandomSampler(
-        pool, seed=1, fewshot_indices=[2, 4, 6]).sample(3)
+        pool, seed=1, fewshot_indices=[2, 4, 6]
+    ).sample(3)
 
 
 def test_sampler_errors_are_clear():

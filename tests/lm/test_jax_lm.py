@@ -72,11 +72,22 @@ def test_properties_match_hflm(llama):
 
 def test_generate_until_answers_every_request_and_batch_size_does_not_matter(llama):
     _, loaded = llama
-    reqs = [("hi there", {"until": ["\n"], "max_gen_toks": 5}), ("The quick", {"until": ["."], "max_gen_toks": 7}),
-            ("hi there", {"until": ["\n"], "max_gen_toks": 5})]
-    one = JaxLM(pretrained=loaded, max_length=64, gen_batch_size=1).generate_until(our_instances("generate_until", reqs))
-    many = JaxLM(pretrained=loaded, max_length=64).generate_until(our_instances("generate_until", reqs))
+    reqs = [
+        ("hi there", {"until": ["\n"], "max_gen_toks": 5}),
+        ("The quick", {"until": ["."], "max_gen_toks": 7}),
+        ("hi there", {"until": ["\n"], "max_gen_toks": 5}),
+    ]
+    one = JaxLM(pretrained=loaded, max_length=64, gen_batch_size=1).generate_until(
+        our_instances("generate_until", reqs)
+    )
+    many = JaxLM(pretrained=loaded, max_length=64).generate_until(
+        our_instances("generate_until", reqs)
+    )
     assert one == many and len(one) == 3 and one[0] == one[2]
     assert all(isinstance(t, str) for t in one)
     lm = JaxLM(pretrained=loaded, max_length=64)
-    assert lm.loglikelihood([]) == [] and lm.loglikelihood_rolling([]) == [] and lm.generate_until([]) == []
+    assert (
+        lm.loglikelihood([]) == []
+        and lm.loglikelihood_rolling([]) == []
+        and lm.generate_until([]) == []
+    )
