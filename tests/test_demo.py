@@ -20,10 +20,8 @@ def test_offline_demo_falls_back_to_the_labelled_tiny_model(tmp_path, monkeypatc
         )
 
     monkeypatch.setattr(jaxeval.fetch, "fetch_smollm2", offline)
-    assert (
-        demo.main(["--model_dir", str(tmp_path / "tiny"), "--output_path", str(tmp_path / "out")])
-        == 0
-    )
+    argv = ["--model_dir", str(tmp_path / "tiny"), "--output_path", str(tmp_path / "out")]
+    assert demo.main([*argv, "--limit", "2"]) == 0
     text = capsys.readouterr().out
     assert (
         "no SmolLM2 file and it could not be downloaded" in text
