@@ -38,6 +38,26 @@ ROWS = {
     "mmlu/anatomy/test.jsonl": 40,  # engine parity (limit 30), workloads (3)
     "mmlu/astronomy/dev.jsonl": 5,
     "mmlu/astronomy/test.jsonl": 30,  # group parity (limit 25)
+    # The other nine stored subjects: each catalogue MMLU variant of them (continuation, generative,
+    # flan_*) against lm-eval (tests/tasks/test_catalogue_shared_data.py, limit 4, 5-shot dev pool).
+    "mmlu/college_computer_science/dev.jsonl": 5,
+    "mmlu/college_computer_science/test.jsonl": 5,
+    "mmlu/formal_logic/dev.jsonl": 5,
+    "mmlu/formal_logic/test.jsonl": 5,
+    "mmlu/global_facts/dev.jsonl": 5,
+    "mmlu/global_facts/test.jsonl": 5,
+    "mmlu/high_school_geography/dev.jsonl": 5,
+    "mmlu/high_school_geography/test.jsonl": 5,
+    "mmlu/high_school_mathematics/dev.jsonl": 5,
+    "mmlu/high_school_mathematics/test.jsonl": 5,
+    "mmlu/high_school_us_history/dev.jsonl": 5,
+    "mmlu/high_school_us_history/test.jsonl": 5,
+    "mmlu/marketing/dev.jsonl": 5,
+    "mmlu/marketing/test.jsonl": 5,
+    "mmlu/us_foreign_policy/dev.jsonl": 5,
+    "mmlu/us_foreign_policy/test.jsonl": 5,
+    "mmlu/world_religions/dev.jsonl": 5,
+    "mmlu/world_religions/test.jsonl": 5,
     "piqa/validation.jsonl": 40,  # task parity (limit 20, 5-shot pool)
     "wikitext_document_level/wikitext-2-raw-v1/test.jsonl": 6,  # task parity (limit 4), workloads
     "winogrande/winogrande_xl/validation.jsonl": 40,  # task parity (limit 20), helpers
