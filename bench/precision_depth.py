@@ -29,7 +29,7 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tests.e2e.real_model import float64_reference  # noqa: E402
+from tests.e2e.real_model import float64_reference, torch_loglikelihood  # noqa: E402
 
 
 def _requests(n: int, tok) -> list[tuple[list[int], list[int]]]:
@@ -64,18 +64,9 @@ def _page(tok, n_tokens: int) -> list[int]:
     return tok(text).input_ids[:n_tokens]
 
 
-def _torch_sums(model, seqs, dtype) -> list[float]:
-    """lm-eval HFLM's arithmetic: log_softmax in the model's dtype, gather, torch `.sum()`."""
-    import torch
-
-    out = []
-    with torch.no_grad():
-        for ctx, cont in seqs:
-            ids = torch.tensor([ctx + cont])
-            logp = torch.log_softmax(model(ids).logits[0].to(dtype), -1)
-            pos = torch.arange(len(ctx) - 1, len(ctx) + len(cont) - 1)
-            out.append(float(logp[pos, torch.tensor(cont)].sum()))
-    return out
+def _torch_sums(model, seqs) -> list[float]:
+    """lm-eval HFLM's arithmetic (`tests.e2e.real_model.torch_loglikelihood`), per request."""
+    return [torch_loglikelihood(model, list(c), list(x)) for c, x in seqs]
 
 
 def _ours_sums(loaded, spec, params, tok, seqs) -> list[float]:
@@ -155,8 +146,8 @@ def main() -> None:
         spec, params = _truncate_ours(ours, depth)
         a32, b32, b64 = (
             np.array(_ours_sums(ours, spec, params, tok, reqs + page_req)),
-            np.array(_torch_sums(_truncate_torch(t32, depth), reqs + page_req, torch.float32)),
-            np.array(_torch_sums(_truncate_torch(t64, depth), reqs + page_req, torch.float64)),
+            np.array(_torch_sums(_truncate_torch(t32, depth), reqs + page_req)),
+            np.array(_torch_sums(_truncate_torch(t64, depth), reqs + page_req)),
         )
         arc, pg = slice(0, len(reqs)), slice(len(reqs), None)
         row = [depth]

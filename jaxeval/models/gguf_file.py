@@ -20,6 +20,7 @@ is parsed here (not with `gguf.GGUFReader`, which takes seconds on a 49k-token v
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from typing import Any
@@ -65,6 +66,7 @@ def _quant_api() -> Any:
     return gguf
 
 
+@functools.cache
 def dequantizable_types() -> dict[int, str]:
     """GGML type id -> name for every type we can turn into floats (plain floats + gguf's quants)."""
     g = _quant_api()

@@ -137,11 +137,10 @@ def add_float64_reference() -> None:
     round away from. The parity test accepts a request outside 1e-4 (+1e-6 relative) of lm-eval's
     value only when jaxeval is no farther from this reference than lm-eval is.
     """
-    import torch
     from lm_eval import utils
     from lm_eval.models.huggingface import HFLM
 
-    from tests.e2e.real_model import float64_reference
+    from tests.e2e.real_model import float64_reference, torch_loglikelihood
 
     path = model_path()
     folder, name = os.path.dirname(path), os.path.basename(path)
@@ -149,11 +148,7 @@ def add_float64_reference() -> None:
     model = float64_reference(path)
 
     def score(ctx: list[int], cont: list[int]) -> float:
-        inp = (ctx + cont)[-(lm.max_length + 1) :][:-1]
-        with torch.no_grad():
-            logp = torch.log_softmax(model(torch.tensor([inp])).logits[0], -1)
-        pos = torch.arange(len(inp) - len(cont), len(inp))
-        return float(logp[pos, torch.tensor(cont)].sum())
+        return torch_loglikelihood(model, ctx, cont, lm.max_length)
 
     out_path = golden_path("float32")
     golden = json.loads(out_path.read_text())

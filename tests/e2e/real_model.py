@@ -114,6 +114,20 @@ def compact_samples(samples: list[dict]) -> list[dict]:
     return out
 
 
+def torch_loglikelihood(
+    model, ctx: list[int], cont: list[int], max_length: int | None = None
+) -> float:
+    """lm-eval HFLM's arithmetic for one request on a transformers model: the last
+    `max_length + 1` tokens, log_softmax in the model's dtype, gather, torch `.sum()`."""
+    import torch
+
+    inp = (ctx + cont)[-(max_length + 1) :][:-1] if max_length else (ctx + cont)[:-1]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([inp])).logits[0], -1)
+    pos = torch.arange(len(inp) - len(cont), len(inp))
+    return float(logp[pos, torch.tensor(cont)].sum())
+
+
 def float64_reference(path: str):
     """transformers' Llama in float64 holding the file's dequantized weights.
 
