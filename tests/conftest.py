@@ -25,7 +25,6 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # The benchmark rows the tests read: the first rows of each file, in the hub layout
 # (`DIR/<repo>/[<config>/]<split>.jsonl`), copied into the repository by tests/helpers/copy_rows.py.
 TEST_DATA = REPO / "tests" / "data"
-SHARED_DATA = TEST_DATA  # the older name, kept for tests written against it
 
 # A skip whose reason mentions missing data fails the run: the suite must be whole on a fresh clone.
 _MISSING_DATA = ("not found", "no such file", "missing data", "../shared")
@@ -69,7 +68,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> pathlib.Path:
+def data_root() -> pathlib.Path:
     """The data root for `--data_dir` and `data_files` (tests/data, inside the repository)."""
     assert TEST_DATA.is_dir(), f"{TEST_DATA} is part of the repository and must exist"
     return TEST_DATA

@@ -37,7 +37,7 @@ def run(*args: str) -> int:
     return main(["run", "--model", "fake", *args])
 
 
-def test_run_writes_lm_eval_schema_and_samples(tmp_path, shared_data, capsys):
+def test_run_writes_lm_eval_schema_and_samples(tmp_path, data_root, capsys):
     out = tmp_path / "out"
     rc = run(
         "--model_args",
@@ -47,7 +47,7 @@ def test_run_writes_lm_eval_schema_and_samples(tmp_path, shared_data, capsys):
         "--limit",
         "10",
         "--data_dir",
-        str(shared_data),
+        str(data_root),
         "--output_path",
         str(out),
         "--log_samples",
@@ -201,13 +201,13 @@ def test_target_not_among_choices(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("limit", ["-1", "0", "2.5"])
-def test_limit_out_of_range(tmp_path, shared_data, capsys, limit):
+def test_limit_out_of_range(tmp_path, data_root, capsys, limit):
     out = tmp_path / "o"
     rc = run(
         "--tasks",
         "arc_easy",
         "--data_dir",
-        str(shared_data),
+        str(data_root),
         "--limit",
         limit,
         "--output_path",
@@ -232,13 +232,13 @@ def test_malformed_model_args(capsys):
     assert "no '='" in capsys.readouterr().err
 
 
-def test_samples_flag_and_use_cache(tmp_path, shared_data, capsys):
+def test_samples_flag_and_use_cache(tmp_path, data_root, capsys):
     cache = tmp_path / "cache" / "lm"
     args = [
         "--tasks",
         "arc_easy",
         "--data_dir",
-        str(shared_data),
+        str(data_root),
         "--samples",
         '{"arc_easy": [3, 7, 11]}',
         "--use_cache",
@@ -258,14 +258,14 @@ def test_samples_flag_and_use_cache(tmp_path, shared_data, capsys):
     assert ids == [3, 7, 11]
 
 
-def test_predict_only_uses_bypass(tmp_path, shared_data):
+def test_predict_only_uses_bypass(tmp_path, data_root):
     out = tmp_path / "o"
     assert (
         run(
             "--tasks",
             "gsm8k",
             "--data_dir",
-            str(shared_data),
+            str(data_root),
             "--limit",
             "3",
             "--num_fewshot",
@@ -298,9 +298,9 @@ def test_ls_lists_tasks_groups_tags(capsys):
     assert "\nmmlu_humanities " in groups and "\narc_easy " not in groups
 
 
-def test_cache_requests_writes_reads_refreshes_and_deletes(tmp_path, shared_data, monkeypatch):
+def test_cache_requests_writes_reads_refreshes_and_deletes(tmp_path, data_root, monkeypatch):
     monkeypatch.setenv("JAXEVAL_CACHE_PATH", str(tmp_path / "rc"))
-    base = ["--tasks", "arc_easy", "--data_dir", str(shared_data), "--limit", "5", "--output_path"]
+    base = ["--tasks", "arc_easy", "--data_dir", str(data_root), "--limit", "5", "--output_path"]
     assert run(*base, str(tmp_path / "a"), "--cache_requests", "true") == 0
     files = list((tmp_path / "rc").glob("requests-arc_easy-0shot-*.pickle"))
     assert len(files) == 1
@@ -331,18 +331,18 @@ def test_bad_device(capsys):
     assert "not a JAX platform" in capsys.readouterr().err
 
 
-def test_data_dir_finds_collection_configs_by_name(shared_data):
+def test_data_dir_finds_collection_configs_by_name(data_root):
     from jaxeval.api.data import find_local_files
 
     found = find_local_files(
-        str(shared_data),
+        str(data_root),
         dataset_path="aps/super_glue",
         dataset_name="boolq",
         splits=["train", "validation"],
     )
-    assert found == {"validation": str(shared_data / "boolq" / "validation.jsonl")}
+    assert found == {"validation": str(data_root / "boolq" / "validation.jsonl")}
     arc = find_local_files(
-        str(shared_data),
+        str(data_root),
         dataset_path="allenai/ai2_arc",
         dataset_name="ARC-Easy",
         splits=["train", "validation", "test"],
@@ -350,7 +350,7 @@ def test_data_dir_finds_collection_configs_by_name(shared_data):
     assert set(arc) == {"validation", "test"}
     assert (
         find_local_files(
-            str(shared_data), dataset_path="x/none", dataset_name="nope", splits=["test"]
+            str(data_root), dataset_path="x/none", dataset_name="nope", splits=["test"]
         )
         is None
     )

@@ -70,7 +70,7 @@ def _yaml_block(d: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def oracle_dirs(tmp_path_factory, shared_data):
+def oracle_dirs(tmp_path_factory, data_root):
     """lm-eval: YAMLs that include its own task files and point them at the local data.
     jaxeval: only the group file (its tasks come from the built-in library + --data_dir)."""
     lm_dir = tmp_path_factory.mktemp("lm_eval_tasks")
@@ -80,7 +80,7 @@ def oracle_dirs(tmp_path_factory, shared_data):
             "task": name,
             "dataset_path": "json",
             "dataset_name": None,
-            "dataset_kwargs": {"data_files": {s: str(shared_data / f) for s, f in files.items()}},
+            "dataset_kwargs": {"data_files": {s: str(data_root / f) for s, f in files.items()}},
             **extra,
         }
         (lm_dir / f"{name}.yaml").write_text(_yaml_block(cfg))
@@ -118,14 +118,14 @@ def _run_lm_eval(lm_dir, tasks, num_fewshot, limit, bootstrap_iters):
     return res, log
 
 
-def _run_jaxeval(jx_dir, shared_data, tasks, num_fewshot, limit, bootstrap_iters):
+def _run_jaxeval(jx_dir, data_root, tasks, num_fewshot, limit, bootstrap_iters):
     import jaxeval
     from jaxeval.api.task_manager import TaskManager
 
     overrides = {n: extra for n, (_, _, extra) in CASES.items() if extra}
     specs = [{"task": t, **overrides[t]} if t in overrides else t for t in tasks]
     log = fake_lm.RequestLog()
-    tm = TaskManager(str(jx_dir), data_dir=str(shared_data))
+    tm = TaskManager(str(jx_dir), data_dir=str(data_root))
     res = jaxeval.simple_evaluate(
         model=fake_lm.make_jaxeval_lm(log),
         tasks=specs,
@@ -161,10 +161,10 @@ def _assert_same_results(ours: dict, theirs: dict, names: list[str]) -> None:
         ("gsm8k", 0, 12),
     ],
 )
-def test_requests_and_metrics_match_lm_eval(oracle_dirs, shared_data, task, num_fewshot, limit):
+def test_requests_and_metrics_match_lm_eval(oracle_dirs, data_root, task, num_fewshot, limit):
     lm_dir, jx_dir = oracle_dirs
     theirs, their_log = _run_lm_eval(lm_dir, [task], num_fewshot, limit, 1000)
-    ours, our_log = _run_jaxeval(jx_dir, shared_data, [task], num_fewshot, limit, 1000)
+    ours, our_log = _run_jaxeval(jx_dir, data_root, [task], num_fewshot, limit, 1000)
     for kind in their_log.calls:
         assert our_log.calls[kind] == their_log.calls[kind], kind
     assert sum(len(v) for v in our_log.calls.values()) > 0
@@ -174,10 +174,10 @@ def test_requests_and_metrics_match_lm_eval(oracle_dirs, shared_data, task, num_
     assert ours["n-samples"][task] == theirs["n-samples"][task]
 
 
-def test_group_aggregation_matches_lm_eval(oracle_dirs, shared_data):
+def test_group_aggregation_matches_lm_eval(oracle_dirs, data_root):
     lm_dir, jx_dir = oracle_dirs
     theirs, _ = _run_lm_eval(lm_dir, ["mini_mmlu"], 0, 25, 1000)
-    ours, _ = _run_jaxeval(jx_dir, shared_data, ["mini_mmlu"], 0, 25, 1000)
+    ours, _ = _run_jaxeval(jx_dir, data_root, ["mini_mmlu"], 0, 25, 1000)
     names = ["mmlu_anatomy", "mmlu_astronomy", "mmlu_abstract_algebra"]
     _assert_same_results(ours, theirs, names)
     for key in ("acc,none", "acc_stderr,none", "sample_len"):
@@ -195,7 +195,7 @@ def test_group_aggregation_matches_lm_eval(oracle_dirs, shared_data):
 @pytest.mark.parametrize("task,num_fewshot", [("arc_easy", 2), ("gsm8k", 2), ("mmlu_anatomy", 1)])
 @pytest.mark.parametrize("multiturn", [True, False])
 def test_chat_template_and_system_instruction_match_lm_eval(
-    oracle_dirs, shared_data, task, num_fewshot, multiturn
+    oracle_dirs, data_root, task, num_fewshot, multiturn
 ):
     import lm_eval
 
@@ -224,7 +224,7 @@ def test_chat_template_and_system_instruction_match_lm_eval(
     jaxeval.simple_evaluate(
         model=fake_lm.with_chat(fake_lm.make_jaxeval_lm(our_log)),
         tasks=[spec],
-        task_manager=TaskManager(str(jx_dir), data_dir=str(shared_data)),
+        task_manager=TaskManager(str(jx_dir), data_dir=str(data_root)),
         **kwargs,
     )
     assert our_log.calls == their_log.calls

@@ -49,7 +49,7 @@ GEN_KWARGS = "max_gen_toks=12"
 
 
 def _cases() -> dict[str, Case]:
-    from tests.conftest import SHARED_DATA
+    from tests.conftest import TEST_DATA
 
     out = {
         n: TASK_CASES[n]
@@ -57,7 +57,7 @@ def _cases() -> dict[str, Case]:
     }
     for name in ("arc_easy", "mmlu_anatomy", "lambada_openai", "gsm8k"):
         rel, files, extra = API_CASES[name]
-        out[name] = Case(name, rel, SHARED_DATA, files, extra, via="data_files")
+        out[name] = Case(name, rel, TEST_DATA, files, extra, via="data_files")
     return out
 
 
@@ -69,7 +69,7 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def runs(model_dir, tmp_path_factory, shared_data):
+def runs(model_dir, tmp_path_factory, data_root):
     import lm_eval
     from lm_eval.tasks import TaskManager as LmTaskManager
 

@@ -15,14 +15,14 @@ MAX_LENGTH = (
 
 
 @pytest.fixture(scope="session")
-def workload(shared_data) -> dict[str, list[tuple]]:
+def workload(data_root) -> dict[str, list[tuple]]:
     """Per task: (ctx, cont) pairs, or (text,) for rolling."""
     return {
-        "arc_easy": workloads.arc_easy(shared_data, 6),
-        "hellaswag": workloads.hellaswag(shared_data, 3),
-        "lambada": workloads.lambada(shared_data, 8),
-        "mmlu": workloads.mmlu(shared_data, 3),
-        "wikitext": workloads.wikitext_pages(shared_data, 3),
+        "arc_easy": workloads.arc_easy(data_root, 6),
+        "hellaswag": workloads.hellaswag(data_root, 3),
+        "lambada": workloads.lambada(data_root, 8),
+        "mmlu": workloads.mmlu(data_root, 3),
+        "wikitext": workloads.wikitext_pages(data_root, 3),
     }
 
 

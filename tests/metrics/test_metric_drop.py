@@ -12,8 +12,8 @@ lm_drop = pytest.importorskip("lm_eval.tasks.drop.utils")
 
 
 @pytest.fixture(scope="module")
-def docs(shared_data):
-    with (shared_data / "drop/validation.jsonl").open(encoding="utf-8") as f:
+def docs(data_root):
+    with (data_root / "drop/validation.jsonl").open(encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 

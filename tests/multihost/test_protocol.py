@@ -123,7 +123,7 @@ def test_who_reports():
 
 
 @pytest.mark.parametrize("main", [True, False])
-def test_only_the_main_process_reports_and_writes_caches(tmp_path, monkeypatch, shared_data, main):
+def test_only_the_main_process_reports_and_writes_caches(tmp_path, monkeypatch, data_root, main):
     from jaxeval.api.task_manager import TaskManager
     from jaxeval.evaluator import simple_evaluate
     from tests.api import fake_lm
@@ -137,7 +137,7 @@ def test_only_the_main_process_reports_and_writes_caches(tmp_path, monkeypatch, 
         tasks=["arc_easy"],
         limit=3,
         cache_requests=True,
-        task_manager=TaskManager(data_dir=str(shared_data)),
+        task_manager=TaskManager(data_dir=str(data_root)),
         bootstrap_iters=0,
     )
     assert len(log.calls["loglikelihood"]) == 12  # the same requests run either way

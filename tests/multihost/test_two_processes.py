@@ -124,18 +124,18 @@ def _close(a, b, where: str) -> None:
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
-def test_two_processes_match_one_device(tmp_path, shared_data):
+def test_two_processes_match_one_device(tmp_path, data_root):
     ckpt = make_tiny_checkpoint("llama", str(tmp_path / "ckpt"))
     port = _free_port()
     start = time.monotonic()
     runs = {
         "p0": _launch(
-            "p0", tmp_path, ckpt, shared_data, devices=2, mesh="data", process=(port, 0, 2)
+            "p0", tmp_path, ckpt, data_root, devices=2, mesh="data", process=(port, 0, 2)
         ),
         "p1": _launch(
-            "p1", tmp_path, ckpt, shared_data, devices=2, mesh="data", process=(port, 1, 2)
+            "p1", tmp_path, ckpt, data_root, devices=2, mesh="data", process=(port, 1, 2)
         ),
-        "ref": _launch("ref", tmp_path, ckpt, shared_data, devices=1, mesh="single", process=None),
+        "ref": _launch("ref", tmp_path, ckpt, data_root, devices=1, mesh="single", process=None),
     }
     codes = _wait_all({k: p for k, (p, _) in runs.items()}, start + TIMEOUT_S)
     logs = {k: (cfg["dir"] / "log.txt").read_text(errors="replace") for k, (_, cfg) in runs.items()}

@@ -10,7 +10,7 @@ import functools
 import json
 from pathlib import Path
 
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 from tests.tasks import fake_lm
 from tests.tasks.oracle import Case
 
@@ -23,7 +23,7 @@ def _gsm8k_gold_of(num_rows: int = 20):
 
     @functools.cache
     def table() -> list[tuple[str, str]]:
-        with (SHARED_DATA / "gsm8k/test.jsonl").open(encoding="utf-8") as f:
+        with (TEST_DATA / "gsm8k/test.jsonl").open(encoding="utf-8") as f:
             rows = [json.loads(line) for _, line in zip(range(num_rows), f)]
         return [(r["question"], r["answer"].split("####")[-1].strip()) for r in rows]
 
@@ -52,21 +52,21 @@ CASES = {
         Case(
             "hellaswag",
             "hellaswag/hellaswag.yaml",
-            SHARED_DATA,
+            TEST_DATA,
             {"validation": "hellaswag/validation.jsonl"},
             VALIDATION_POOL,
         ),
         Case(
             "piqa",
             "piqa/piqa.yaml",
-            SHARED_DATA,
+            TEST_DATA,
             {"validation": "piqa/validation.jsonl"},
             VALIDATION_POOL,
         ),
         Case(
             "boolq",
             "super_glue/boolq/default.yaml",
-            SHARED_DATA,
+            TEST_DATA,
             {"validation": "boolq/validation.jsonl"},
             VALIDATION_POOL,
             via="data_files",
@@ -74,31 +74,31 @@ CASES = {
         Case(
             "winogrande",
             "winogrande/default.yaml",
-            SHARED_DATA,
+            TEST_DATA,
             {"validation": "winogrande/winogrande_xl/validation.jsonl"},
             VALIDATION_POOL,
         ),
         Case(
             "wikitext",
             "wikitext/wikitext.yaml",
-            SHARED_DATA,
+            TEST_DATA,
             {"test": "wikitext_document_level/wikitext-2-raw-v1/test.jsonl"},
             {"fewshot_split": "test"},
         ),
-        Case("gsm8k_cot", "gsm8k/gsm8k-cot.yaml", SHARED_DATA, GSM8K_TEST, **COT),
-        Case("gsm8k_cot_zeroshot", "gsm8k/gsm8k-cot-zeroshot.yaml", SHARED_DATA, GSM8K, **COT),
-        Case("gsm8k_cot_llama", "gsm8k/gsm8k-cot-llama.yaml", SHARED_DATA, GSM8K_TEST, **COT),
+        Case("gsm8k_cot", "gsm8k/gsm8k-cot.yaml", TEST_DATA, GSM8K_TEST, **COT),
+        Case("gsm8k_cot_zeroshot", "gsm8k/gsm8k-cot-zeroshot.yaml", TEST_DATA, GSM8K, **COT),
+        Case("gsm8k_cot_llama", "gsm8k/gsm8k-cot-llama.yaml", TEST_DATA, GSM8K_TEST, **COT),
         Case(
             "gsm8k_cot_self_consistency",
             "gsm8k/gsm8k-cot-self-consistency.yaml",
-            SHARED_DATA,
+            TEST_DATA,
             GSM8K_TEST,
             **COT,
         ),
         Case(
             "drop",
             "drop/default.yaml",
-            SHARED_DATA,
+            TEST_DATA,
             {"validation": "drop/validation.jsonl"},
             VALIDATION_POOL,
             generations=tuple(fake_lm.DROP_GENERATIONS),

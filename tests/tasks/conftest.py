@@ -12,7 +12,7 @@ from tests.tasks.oracle import write_lm_eval_overrides
 
 
 @pytest.fixture(scope="session")
-def lm_eval_manager(tmp_path_factory, shared_data):
+def lm_eval_manager(tmp_path_factory, data_root):
     from lm_eval.tasks import TaskManager
 
     out = tmp_path_factory.mktemp("lm_eval_overrides")

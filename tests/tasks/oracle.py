@@ -5,7 +5,7 @@ loads its built-in task by name with the same overrides, finding the data throug
 (the hub layout, `DIR/<last part of dataset_path>/[<dataset_name>/]<split>.jsonl`) or through
 explicit `data_files`:
 
-    case = Case("boolq", "super_glue/boolq/default.yaml", SHARED_DATA,
+    case = Case("boolq", "super_glue/boolq/default.yaml", TEST_DATA,
                 {"validation": "boolq/validation.jsonl"}, {"fewshot_split": "validation"},
                 via="data_files")
 """

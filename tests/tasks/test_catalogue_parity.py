@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 from tests.tasks.oracle import (
     Case,
     assert_same_requests,
@@ -70,15 +70,15 @@ def catalogue_cases() -> dict[str, Case]:
             if s
         ]
         found = find_local_files(
-            str(SHARED_DATA),
+            str(TEST_DATA),
             dataset_path=cfg.dataset_path,
             dataset_name=cfg.dataset_name,
             splits=splits,
         )
         assert found, name
-        files = {split: os.path.relpath(path, SHARED_DATA) for split, path in found.items()}
+        files = {split: os.path.relpath(path, TEST_DATA) for split, path in found.items()}
         rel = os.path.relpath(entry.yaml_path, tm.catalogue_dir)
-        cases[name] = Case(name, rel, SHARED_DATA, files, POOL.get(name, {}))
+        cases[name] = Case(name, rel, TEST_DATA, files, POOL.get(name, {}))
     return cases
 
 

@@ -56,15 +56,15 @@ def prediction_variants(golds: list) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def drop_docs(shared_data):
+def drop_docs(data_root):
     """(our processed docs, lm-eval's processed docs) for the whole validation sample."""
     import datasets
 
     from jaxeval.api.task_manager import TaskManager
 
-    ours = TaskManager(data_dir=str(shared_data)).load(["drop"]).tasks["drop"].eval_docs
+    ours = TaskManager(data_dir=str(data_root)).load(["drop"]).tasks["drop"].eval_docs
     raw = datasets.load_dataset(
-        "json", data_files={"validation": str(shared_data / "drop/validation.jsonl")}
+        "json", data_files={"validation": str(data_root / "drop/validation.jsonl")}
     )
     theirs = [dict(d) for d in _lm_eval_drop_utils().process_docs(raw["validation"])]
     assert len(ours) == len(theirs) == NUM_DOCS

@@ -56,9 +56,9 @@ def test_hellaswag_golden():
     assert hs.clean("a   b") == "a  b"
 
 
-def test_hellaswag_matches_lm_eval(shared_data):
+def test_hellaswag_matches_lm_eval(data_root):
     hs, ref = ours("hellaswag/utils.py"), theirs("hellaswag/utils.py")
-    docs = rows(shared_data / "hellaswag/validation.jsonl")
+    docs = rows(data_root / "hellaswag/validation.jsonl")
     docs.append(
         {
             "activity_label": "Wiki [header]",
@@ -97,12 +97,12 @@ def test_winogrande_golden():
     ]
 
 
-def test_winogrande_matches_lm_eval(shared_data):
+def test_winogrande_matches_lm_eval(data_root):
     wg, ref = (
         ours("winogrande/preprocess_winogrande.py"),
         theirs("winogrande/preprocess_winogrande.py"),
     )
-    for doc in rows(shared_data / "winogrande/winogrande_xl/validation.jsonl"):
+    for doc in rows(data_root / "winogrande/winogrande_xl/validation.jsonl"):
         for fn in ("doc_to_text", "doc_to_target", "doc_to_choice"):
             assert getattr(wg, fn)(doc) == getattr(ref, fn)(doc), (fn, doc)
 
@@ -129,9 +129,9 @@ def test_wikitext_golden():
     }  # words: "", a, b, c, ""
 
 
-def test_wikitext_matches_lm_eval(shared_data):
+def test_wikitext_matches_lm_eval(data_root):
     wt, ref = ours("wikitext/preprocess_wikitext.py"), theirs("wikitext/preprocess_wikitext.py")
-    docs = rows(shared_data / "wikitext_document_level/wikitext-2-raw-v1/test.jsonl")
+    docs = rows(data_root / "wikitext_document_level/wikitext-2-raw-v1/test.jsonl")
     docs.append({"page": "( a ) [ b ] { c } \" d \" ' e ' = = = = f = = = g ° h s ' i /' 1/ j"})
     for i, doc in enumerate(docs):
         assert wt.wikitext_detokenizer(doc) == ref.wikitext_detokenizer(doc), i
