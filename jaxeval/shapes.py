@@ -1,15 +1,30 @@
-"""The dimension glossary: the letters used in shape annotations and `# [B, T]` comments everywhere.
+"""The dimension glossary: every name used in shape annotations and `# [B, T]` shape comments.
 
-    B  rows in a batch                     T  padded row length (tokens)
-    K  score points per row                D  model width (hidden size)
-    V  vocabulary size                     W  rolling-window length
-    R  requests                            S  request slots per batch
-    H  attention heads (query)             G  key/value heads (GQA groups)
-    E  head dimension                      L  layers
-    N  new tokens to generate              C  KV-cache length
+One name, one meaning, in every module of `jaxeval/` and `kernels/`; a module says which of these
+its arrays use and how they relate (`B = U * copies`), never what a name means.
+`tests/test_shape_glossary.py` checks every `Int["..."]` / `Float["..."]` / `Bool["..."]` and every
+shape comment against `GLOSSARY` (its docstring gives the exact rule). Products and quotients of
+names are shapes too: `[B*K, D]`, `[T/Q]`, `[E'/2]`.
 
-Kernels annotate with jaxtyping-style strings, e.g. `Int[Array, "B T"]`; this module gives the aliases
-so that annotations need no extra dependency at run time.
+    Batches     B   rows in a batch                    T   padded row length (tokens)
+                R   requests                           S   request slots per batch
+                K   score points per row               W   rolling-window length
+    Model       D   model width (hidden size)           F   MLP hidden width
+                V   vocabulary size                    L   layers
+                H   query heads                        G   key/value heads (GQA groups)
+                X   query heads per key/value head     E   head dimension
+                E'  rotary features per head (E times the partial-rotary fraction)
+    Attention   J   keys attended: T in packed rows, C with a KV cache
+                Q   rows of a query block or a key block (blocked attention)
+                A   blocks per row (T/Q)
+    Generation  U   unique prompts                     P   padded prompt length
+                N   new tokens to generate             C   KV-cache length (slots)
+                I   stop token ids per row             Z   stop strings per row
+                M   bytes per stop string              Y   text-buffer bytes per row
+    Scoring     Vc  vocabulary entries per LM-head chunk
+
+Kernels annotate with jaxtyping-style strings, `Int["B T"]`; this module gives the aliases so that
+annotations need no extra dependency at run time.
 """
 
 from __future__ import annotations
@@ -19,20 +34,38 @@ from typing import Annotated, Any
 import jax
 
 GLOSSARY = {
+    # batches and requests
     "B": "rows in a batch",
     "T": "padded row length",
-    "K": "score points per row",
-    "D": "model width",
-    "V": "vocabulary size",
-    "W": "rolling-window length",
     "R": "requests",
     "S": "request slots per batch",
+    "K": "score points per row",
+    "W": "rolling-window length",
+    # model
+    "D": "model width",
+    "F": "MLP hidden width",
+    "V": "vocabulary size",
+    "L": "layers",
     "H": "query heads",
     "G": "key/value heads",
+    "X": "query heads per key/value head (H/G)",
     "E": "head dimension",
-    "L": "layers",
-    "N": "new tokens",
+    "E'": "rotary features per head",
+    # attention
+    "J": "keys attended (T in packed rows, C with a KV cache)",
+    "Q": "rows of a query block or a key block",
+    "A": "blocks per row (T/Q)",
+    # generation
+    "U": "unique prompts",
+    "P": "padded prompt length",
+    "N": "new tokens to generate",
     "C": "KV-cache length",
+    "I": "stop token ids per row",
+    "Z": "stop strings per row",
+    "M": "bytes per stop string",
+    "Y": "text-buffer bytes per row",
+    # scoring
+    "Vc": "vocabulary entries per LM-head chunk",
 }
 
 

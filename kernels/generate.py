@@ -2,9 +2,8 @@
 
     generate(params, stop_table, batch, seed, *, model, n_new, copies) -> GenerateResult
 
-Shapes (glossary letters plus): U unique prompts, P padded prompt length, B = U * copies rows,
-N = n_new decode budget (a bucket >= every row's `max_new`), C = P + N cache slots, S stop strings
-per row, M bytes per stop string, E stop token ids per row, W text-buffer bytes.
+Dimension names: `jaxeval.shapes`. Here B = U * copies rows, N = n_new (a bucket >= every row's
+`max_new`) and C = P + N cache slots.
 
 Prefill runs the U prompts once at cache index 0 (positions = cumsum(valid) - 1, HF's rule for left
 padding). With `copies` > 1 (lm-eval `repeats`, e.g. 8 samples per prompt) the prompt cache and the
@@ -65,14 +64,14 @@ class GenerateBatch(NamedTuple):
     temperature: FloatB
     top_k: IntB
     top_p: FloatB
-    stop_ids: Int["B E"]  # token ids that end the row (-1 = none)
-    stops: Int["B S M"]  # stop strings as right-aligned UTF-8 bytes (STOP_PAD = none)
+    stop_ids: Int["B I"]  # token ids that end the row (-1 = none)
+    stops: Int["B Z M"]  # stop strings as right-aligned UTF-8 bytes (STOP_PAD = none)
 
 
 class StopTable(NamedTuple):
     """Each vocabulary entry's decoded bytes (see `stop_match`); replicated on device."""
 
-    bytes: Int["V W"]  # int16, right-aligned, NO_BYTE padding
+    bytes: Int["V Y"]  # int16, right-aligned, NO_BYTE padding
     lengths: IntV  # int32
 
 
@@ -111,7 +110,7 @@ class _State(NamedTuple):
     cache: Any  # KVCache with B rows
     last: jax.Array  # int32[B]: the token picked at step - 1
     out: jax.Array  # int32[B, N]
-    buffer: jax.Array  # int32[B, W]
+    buffer: jax.Array  # int32[B, Y]
     done: jax.Array  # bool[B]
     length: jax.Array  # int32[B]
     reason: jax.Array  # int32[B]

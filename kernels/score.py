@@ -18,8 +18,8 @@ expression torch's log_softmax evaluates. `is_greedy` reproduces `argmax(log_sof
 target` with torch's first-index tie rule, in one pass: the target must reach the maximum
 log-probability and no smaller vocabulary index may reach the target's log-probability.
 
-Dimension letters: see `jaxeval.shapes` (B rows, T length, K points, D width, V vocab, S slots,
-P = B*K flattened points).
+Dimension names: `jaxeval.shapes`. The LM head runs on the B*K score points flattened, Vc
+vocabulary entries at a time, and their sums land in the S request slots.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from jax import lax
 
 from jaxeval.shapes import Float, Int
 
-# Elements of one [P, chunk] float32 logits block: 2**22 * 4 bytes = 16 MiB (the memory bound).
+# Elements of one [B*K, Vc] float32 logits block: 2**22 * 4 bytes = 16 MiB (the memory bound).
 _CHUNK_ELEMENTS = 1 << 22
 # The block the kernel uses by default: 2**20 * 4 bytes = 4 MiB stays in cache while the chunk's
-# four reductions read it. On the 2-core CPU the head at P = 2048 (rolling, K = T) takes 22 ms with
-# chunks of 512 against 34 ms with 2048; at P = 512, 6 ms (2048) against 13 ms (8192).
+# four reductions read it. On the 2-core CPU the head at B*K = 2048 (rolling, K = T) takes 22 ms
+# with chunks of 512 against 34 ms with 2048; at B*K = 512, 6 ms (2048) against 13 ms (8192).
 _FAST_CHUNK_ELEMENTS = 1 << 20
 _MIN_CHUNK = 256
 
@@ -63,7 +63,7 @@ class ScoreResult(NamedTuple):
 
 
 def default_vocab_chunk(n_points: int, vocab: int, *, block_elements: int = _CHUNK_ELEMENTS) -> int:
-    """A vocabulary chunk so that one [P, chunk] float32 block stays near `block_elements` (16 MiB
+    """A vocabulary chunk Vc so that one [B*K, Vc] float32 block stays near `block_elements` (16 MiB
     by default; at least 256 wide)."""
     chunk = max(_MIN_CHUNK, block_elements // max(1, n_points))
     chunk = 1 << (chunk.bit_length() - 1)  # power of two
@@ -76,13 +76,13 @@ def fast_vocab_chunk(n_points: int, vocab: int) -> int:
 
 
 class HeadStats(NamedTuple):
-    target_lp: jax.Array  # float32[P]: log P(target)
-    max_lp: jax.Array  # float32[P]: max log-probability over the vocabulary
-    before_lp: jax.Array  # float32[P]: max over vocabulary ids < target (-inf if none)
+    target_lp: jax.Array  # float32[B*K]: log P(target)
+    max_lp: jax.Array  # float32[B*K]: max log-probability over the vocabulary
+    before_lp: jax.Array  # float32[B*K]: max over vocabulary ids < target (-inf if none)
 
 
 def head_stats(
-    h: Float["P D"],
+    h: Float["B*K D"],
     head_weight: Float["V D"],
     targets: jax.Array,
     *,
@@ -91,8 +91,9 @@ def head_stats(
 ) -> HeadStats:
     """Streams the LM head over vocabulary chunks: online logsumexp, target logit, max before target.
 
-    Shapes: h [P, D], head_weight [V, D], targets int32[P]. Chunk c covers ids [c*chunk, (c+1)*chunk); the last chunk is slid back to end at V (no padded copy
-    of the head weight) and its already-seen columns are masked out.
+    Shapes: h [B*K, D], head_weight [V, D], targets int32[B*K]. Chunk c covers the Vc = `chunk` ids
+    [c*chunk, (c+1)*chunk); the last chunk is slid back to end at V (no padded copy of the head
+    weight) and its already-seen columns are masked out.
     """
     vocab = head_weight.shape[0]
     chunk = min(vocab_chunk, vocab)
@@ -104,21 +105,21 @@ def head_stats(
         run_max, run_sum, tgt_logit, before_max = carry
         nominal = c * chunk
         start = jnp.minimum(nominal, vocab - chunk)
-        w = lax.dynamic_slice_in_dim(head_weight, start, chunk, axis=0)  # [chunk, D]
-        logits = jnp.dot(h, w.T, preferred_element_type=jnp.float32)  # [P, chunk]
+        w = lax.dynamic_slice_in_dim(head_weight, start, chunk, axis=0)  # [Vc, D]
+        logits = jnp.dot(h, w.T, preferred_element_type=jnp.float32)  # [B*K, Vc]
         logits = finalize_logits(logits).astype(jnp.float32)
-        cols = start + jnp.arange(chunk, dtype=jnp.int32)  # [chunk]
-        fresh = (cols >= nominal)[None, :]  # [1, chunk]
-        masked = jnp.where(fresh, logits, -jnp.inf)  # [P, chunk]
-        new_max = jnp.maximum(run_max, masked.max(axis=-1))  # [P]
+        cols = start + jnp.arange(chunk, dtype=jnp.int32)  # [Vc]
+        fresh = (cols >= nominal)[None, :]  # [1, Vc]
+        masked = jnp.where(fresh, logits, -jnp.inf)  # [B*K, Vc]
+        new_max = jnp.maximum(run_max, masked.max(axis=-1))  # [B*K]
         run_sum = run_sum * jnp.exp(run_max - new_max) + jnp.exp(masked - new_max[:, None]).sum(
             axis=-1
         )
         local = jnp.clip(targets - start, 0, chunk - 1)
         here = (targets >= nominal) & (targets < start + chunk)
-        t = jnp.take_along_axis(logits, local[:, None], axis=-1)[:, 0]  # [P]
+        t = jnp.take_along_axis(logits, local[:, None], axis=-1)[:, 0]  # [B*K]
         tgt_logit = jnp.where(here, t, tgt_logit)
-        below = jnp.where(cols[None, :] < targets[:, None], masked, -jnp.inf)  # [P, chunk]
+        below = jnp.where(cols[None, :] < targets[:, None], masked, -jnp.inf)  # [B*K, Vc]
         before_max = jnp.maximum(before_max, below.max(axis=-1))
         return new_max, run_sum, tgt_logit, before_max
 
@@ -143,7 +144,7 @@ def segment_sum_f32(values: jax.Array, segment_ids: jax.Array, num_segments: int
     Each value splits exactly into a multiple of 2**-8, summed as int32 (exact, any order), and a
     remainder below 2**-9 in magnitude, summed in float32 (its rounding error is ~1e-7 of a small
     number). So per-request sums do not depend on where the planner put the request's tokens, and
-    long continuations keep their precision: values [P] float32 -> [num_segments] float32.
+    long continuations keep their precision: values [B*K] float32 -> [num_segments] float32.
     """
     scaled = jnp.round(values * _SUM_GRID)  # exact for |values| < 65536
     rest = values - scaled / _SUM_GRID  # exact
@@ -170,17 +171,17 @@ def score(
     )  # [B, T, D]
     pos = jnp.clip(batch.score_pos, 0, length - 1)
     hk = jnp.take_along_axis(h, pos[:, :, None], axis=1)  # [B, K, D]
-    hk = hk.reshape(n_rows * n_points, h.shape[-1])  # [P, D]
+    hk = hk.reshape(n_rows * n_points, h.shape[-1])  # [B*K, D]
     weight = model.head_weight(params)  # [V, D]
     vocab = weight.shape[0]
-    targets = jnp.clip(batch.score_tgt.reshape(-1), 0, vocab - 1)  # [P]
+    targets = jnp.clip(batch.score_tgt.reshape(-1), 0, vocab - 1)  # [B*K]
     chunk = vocab_chunk or fast_vocab_chunk(n_rows * n_points, vocab)
     stats = head_stats(
         hk, weight, targets, finalize_logits=model.finalize_logits, vocab_chunk=chunk
     )
-    greedy = (stats.target_lp >= stats.max_lp) & (stats.before_lp < stats.target_lp)  # [P]
+    greedy = (stats.target_lp >= stats.max_lp) & (stats.before_lp < stats.target_lp)  # [B*K]
 
-    slot = batch.score_slot.reshape(-1)  # [P]
+    slot = batch.score_slot.reshape(-1)  # [B*K]
     valid = slot >= 0
     seg = jnp.where(valid, slot, n_slots)  # invalid points go to a discarded extra slot
     loglik = segment_sum_f32(jnp.where(valid, stats.target_lp, 0.0), seg, n_slots + 1)

@@ -61,13 +61,14 @@ def bits_per_byte(pairs: Sequence[tuple[float, float]]) -> float:
 
 
 def brier_score(pairs: Sequence[tuple[int, Sequence[float]]]) -> float:
-    """Mean over documents of `Σ_k (p_k - onehot(gold)_k)²`; pairs are `(gold, probs[K])`.
+    """Mean over documents of `Σ_k (p_k - onehot(gold)_k)²`; pairs are `(gold, probs)`.
 
-    Every document must have the same number of choices K (lm-eval builds one [R, K] array).
+    Every document must have the same number of choices (lm-eval builds one documents × choices
+    array).
     """
     golds, probs = zip(*pairs)
     num_class = np.array(probs).shape[1]
-    one_hot = np.eye(num_class)[list(golds)]  # [R, K]
+    one_hot = np.eye(num_class)[list(golds)]  # one row per document, one column per choice
     return np.mean(np.sum((probs - one_hot) ** 2, axis=1))
 
 

@@ -57,7 +57,7 @@ def f1(pairs: Sequence[tuple[Any, Any]]) -> float:
 
 
 def matthews_corrcoef(pairs: Sequence[tuple[Any, Any]]) -> float:
-    """Multiclass Matthews correlation from the K×K confusion matrix; 0.0 on a zero denominator.
+    """Multiclass Matthews correlation from the confusion matrix; 0.0 on a zero denominator.
 
     With t, p the per-class true and predicted counts:
 
@@ -67,10 +67,10 @@ def matthews_corrcoef(pairs: Sequence[tuple[Any, Any]]) -> float:
     golds, preds = _unzip(pairs)
     index = {label: i for i, label in enumerate(_sorted_labels(golds, preds))}
     k = len(index)
-    confusion = np.zeros((k, k), dtype=np.int64)  # [K true, K pred]
+    confusion = np.zeros((k, k), dtype=np.int64)  # rows: true class, columns: predicted
     np.add.at(confusion, ([index[g] for g in golds], [index[p] for p in preds]), 1)
-    t_sum = confusion.sum(axis=1, dtype=np.float64)  # [K]
-    p_sum = confusion.sum(axis=0, dtype=np.float64)  # [K]
+    t_sum = confusion.sum(axis=1, dtype=np.float64)  # per class
+    p_sum = confusion.sum(axis=0, dtype=np.float64)  # per class
     n_correct = np.trace(confusion, dtype=np.float64)
     n_samples = p_sum.sum()
     cov_ytyp = n_correct * n_samples - np.dot(t_sum, p_sum)

@@ -16,13 +16,13 @@ choices x (parent c) and y (parent c), in one row:
 **KV cache.** Query t (cache slot index + t) sees slot j iff `valid[j] and j <= index + t` (plus the
 window on positions).
 
-**Three ways to attend, one rule.** `attend` builds the full [B, H, T, S] float32 scores (short
-rows). `blocked_attend` walks query blocks of Q rows and, for each, only the key blocks that some
-row can see, with an online softmax in float32, so its memory is O(B H Q K) and it skips the masked
-upper triangle, other requests' segments and keys outside every window. `cache_attend` walks cache
-blocks up to the last written slot (`index + T`), never reading the unwritten tail. Block
-visibility for rows of T = 8 in blocks of Q = K = 2 (a: a 3-token request, b: 2 tokens, c: a
-context with one child x; `#` = visited block, `.` = skipped):
+**Three ways to attend, one rule.** `attend` builds the full [B, H, T, J] float32 scores (short
+rows). `blocked_attend` walks query blocks of Q rows and, for each, only the key blocks (also Q
+rows) that some row can see, with an online softmax in float32, so its memory is O(B H Q Q) and it
+skips the masked upper triangle, other requests' segments and keys outside every window.
+`cache_attend` walks cache blocks up to the last written slot (`index + T`), never reading the
+unwritten tail. Block visibility for rows of T = 8 in blocks of Q = 2, so A = 4 blocks per row (a: a
+3-token request, b: 2 tokens, c: a context with one child x; `#` = visited block, `.` = skipped):
 
     segment   a a a b b c c x        key block  0 1 2 3        query block 2 (tokens 4, 5 = b, c)
     parent    0 0 0 0 0 0 0 c        query 0    # . . .        sees key block 1 (token 3 = b) and
@@ -32,6 +32,9 @@ context with one child x; `#` = visited block, `.` = skipped):
 
 Fully masked queries (padding) stay finite: the dense path gives them a uniform softmax, the blocked
 paths the mean of the values they visited or zero; their outputs are never read.
+
+Dimension names: `jaxeval.shapes`. The keys J are the row's own T tokens in packed rows and the C
+cache slots with a KV cache; query head h reads key/value head h // X (X = H / G).
 """
 
 from __future__ import annotations
@@ -73,13 +76,13 @@ def cache_mask(valid: Bool["B C"], index: Int[""], length: int) -> Bool["B T C"]
     return valid[:, None, :] & causal[None]
 
 
-def window_mask(q_positions: Int["B T"], k_positions: Int["B S"], window: Int[""]) -> Bool["B T S"]:
+def window_mask(q_positions: Int["B T"], k_positions: Int["B J"], window: Int[""]) -> Bool["B T J"]:
     """True where the key lies inside the query's sliding window (`NO_WINDOW` keeps everything)."""
     return (q_positions[:, :, None] - k_positions[:, None, :]) < window
 
 
 def _scores(q: jax.Array, k: jax.Array, scale, softcap: float | None) -> jax.Array:
-    """q [B, T, G, R, E] . k [B, S, G, E] -> [B, G, R, T, S] in the compute dtype, scaled after the
+    """q [B, T, G, X, E] . k [B, J, G, E] -> [B, G, X, T, J] in the compute dtype, scaled after the
     matmul (HF's order), then soft-capped (Gemma-2) before any mask."""
     s = jnp.einsum("btgre,bsge->bgrts", q, k, precision=HIGHEST) * scale.astype(q.dtype)
     if softcap is not None:
@@ -89,9 +92,9 @@ def _scores(q: jax.Array, k: jax.Array, scale, softcap: float | None) -> jax.Arr
 
 def attend(
     q: Float["B T H E"],
-    k: Float["B S G E"],
-    v: Float["B S G E"],
-    allowed: Bool["B T S"],
+    k: Float["B J G E"],
+    v: Float["B J G E"],
+    allowed: Bool["B T J"],
     *,
     scale: Float[""],
     softcap: float | None,
@@ -103,33 +106,34 @@ def attend(
     """
     b, t, h, e = q.shape
     g = k.shape[2]
-    q = q.reshape(b, t, g, h // g, e)  # [B, T, G, R, E]
+    q = q.reshape(b, t, g, h // g, e)  # [B, T, G, X, E]
     scores = _scores(q, k, scale, softcap)
     scores = jnp.where(
         allowed[:, None, None], scores.astype(jnp.float32), MASKED
-    )  # [B, G, R, T, S]
+    )  # [B, G, X, T, J]
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bgrts,bsge->btgre", probs, v, precision=HIGHEST)
     return out.reshape(b, t, h, e)
 
 
 class _Online:
-    """The online-softmax state of a query block: running max, sum of exp, exp-weighted values."""
+    """The online-softmax state of T queries (one block of Q rows in `blocked_attend`): running max,
+    sum of exp, exp-weighted values."""
 
     @staticmethod
     def init(b: int, g: int, r: int, t: int, e: int):
-        m = jnp.full((b, g, r, t), MASKED, jnp.float32)  # [B, G, R, Q]
+        m = jnp.full((b, g, r, t), MASKED, jnp.float32)  # [B, G, X, T]
         return m, jnp.zeros((b, g, r, t), jnp.float32), jnp.zeros((b, g, r, t, e), jnp.float32)
 
     @staticmethod
     def update(state, scores: jax.Array, allowed: jax.Array, v: jax.Array, heads_major=False):
-        """Folds one key block in: scores [B, G, R, Q, K], allowed [B, Q, K], v [B, K, G, E]
-        ([B, G, K, E] when `heads_major`)."""
+        """Folds one key block of Q keys in: scores [B, G, X, T, Q], allowed [B, T, Q],
+        v [B, Q, G, E] ([B, G, Q, E] when `heads_major`)."""
         m, total, acc = state
         s = jnp.where(allowed[:, None, None], scores.astype(jnp.float32), MASKED)
-        m_new = jnp.maximum(m, s.max(axis=-1))  # [B, G, R, Q]
+        m_new = jnp.maximum(m, s.max(axis=-1))  # [B, G, X, T]
         correction = jnp.exp(m - m_new)
-        p = jnp.exp(s - m_new[..., None])  # [B, G, R, Q, K]
+        p = jnp.exp(s - m_new[..., None])  # [B, G, X, T, Q]
         total = total * correction + p.sum(axis=-1)
         pv = jnp.einsum(
             "bgrqk,bgke->bgrqe" if heads_major else "bgrqk,bkge->bgrqe",
@@ -142,7 +146,7 @@ class _Online:
 
     @staticmethod
     def finish(state, dtype) -> jax.Array:
-        """[B, G, R, Q, E] -> [B, Q, G, R, E]; a query that saw nothing gets zeros (not NaN)."""
+        """[B, G, X, T, E] -> [B, T, G, X, E]; a query that saw nothing gets zeros (not NaN)."""
         _, total, acc = state
         out = acc / jnp.where(total > 0, total, 1.0)[..., None]
         return jnp.transpose(out, (0, 3, 1, 2, 4)).astype(dtype)
@@ -155,8 +159,9 @@ def block_visibility(
     window: Int[""] | None,
     *,
     block: int,
-) -> Bool["Tq Tk"]:
-    """[T/Q, T/Q]: False only where no row has a visible (query, key) pair in the block pair.
+) -> Bool["A A"]:
+    """[A, A] (query block, key block): False only where no row has a visible (query, key) pair in
+    the block pair.
 
     Conservative and cheap (per-block summaries, no [T, T] mask): a key block is visited when it
     is causal, the span of its segment ids meets the span of the query block's (segment, parent)
@@ -168,18 +173,18 @@ def block_visibility(
     par = parent.reshape(b, n, block)
     pos = positions.reshape(b, n, block)
     key_ok = seg != 0
-    k_lo = jnp.where(key_ok, seg, _FAR).min(-1)  # [B, N]
+    k_lo = jnp.where(key_ok, seg, _FAR).min(-1)  # [B, A]
     k_hi = jnp.where(key_ok, seg, 0).max(-1)
     q_ok = (seg != 0) | (par != 0)  # a query sees its own segment and its parent's (if non-zero)
     q_ids = jnp.where(seg == 0, par, jnp.where(par == 0, seg, jnp.minimum(seg, par)))
-    q_lo = jnp.where(q_ok, q_ids, _FAR).min(-1)  # [B, N]
+    q_lo = jnp.where(q_ok, q_ids, _FAR).min(-1)  # [B, A]
     q_hi = jnp.where(q_ok, jnp.maximum(seg, par), 0).max(-1)
     vis = (k_lo[:, None, :] <= q_hi[:, :, None]) & (q_lo[:, :, None] <= k_hi[:, None, :])
     if window is not None:
-        k_pos = jnp.where(key_ok, pos, 0).max(-1)  # [B, N]
+        k_pos = jnp.where(key_ok, pos, 0).max(-1)  # [B, A]
         q_pos = jnp.where(q_ok, pos, _FAR).min(-1)
         vis &= (q_pos[:, :, None] - k_pos[:, None, :]) < window
-    causal = jnp.arange(n)[None, :] <= jnp.arange(n)[:, None]  # [N(query), N(key)]
+    causal = jnp.arange(n)[None, :] <= jnp.arange(n)[:, None]  # [A, A]: query block, key block
     return vis.any(axis=0) & causal
 
 
@@ -218,26 +223,26 @@ def blocked_attend(
     g = k.shape[2]
     r = h // g
     n = t // block
-    flags = block_visibility(segment, parent, positions, window, block=block)  # [N, N]
+    flags = block_visibility(segment, parent, positions, window, block=block)  # [A, A]
     # Heads-major layouts once per call, so that no key block is transposed inside the loops.
-    q_blocks = q.reshape(b, n, block, g, r, e).transpose(1, 0, 3, 4, 2, 5)  # [N, B, G, R, Q, E]
+    q_blocks = q.reshape(b, n, block, g, r, e).transpose(1, 0, 3, 4, 2, 5)  # [A, B, G, X, Q, E]
     k_t = k.transpose(0, 2, 1, 3)  # [B, G, T, E]
     v_t = v.transpose(0, 2, 1, 3)
     meta = jnp.stack([segment, parent, positions], axis=0).reshape(3, b, n, block)
-    q_meta = meta.transpose(2, 0, 1, 3)  # [N, 3, B, Q]
+    q_meta = meta.transpose(2, 0, 1, 3)  # [A, 3, B, Q]
 
     def query_block(_, xs):
-        qi, qb, qm, row_flags = xs  # qb [B, G, R, Q, E], qm [3, B, Q], row_flags [N]
+        qi, qb, qm, row_flags = xs  # qb [B, G, X, Q, E], qm [3, B, Q], row_flags [A]
         seg_q, par_q, pos_q = qm[0][:, :, None], qm[1][:, :, None], qm[2][:, :, None]
         q_idx = (qi * block + jnp.arange(block, dtype=jnp.int32))[None, :, None]  # [1, Q, 1]
 
         def key_block(kj, state):
             def visit(state):
                 start = kj * block
-                kb = jax.lax.dynamic_slice_in_dim(k_t, start, block, axis=2)  # [B, G, K, E]
+                kb = jax.lax.dynamic_slice_in_dim(k_t, start, block, axis=2)  # [B, G, Q, E]
                 vb = jax.lax.dynamic_slice_in_dim(v_t, start, block, axis=2)
-                km = jax.lax.dynamic_index_in_dim(meta, kj, axis=2, keepdims=False)  # [3, B, K]
-                seg_k, pos_k = km[0][:, None, :], km[2][:, None, :]  # [B, 1, K]
+                km = jax.lax.dynamic_index_in_dim(meta, kj, axis=2, keepdims=False)  # [3, B, Q]
+                seg_k, pos_k = km[0][:, None, :], km[2][:, None, :]  # [B, 1, Q]
                 k_idx = (start + jnp.arange(block, dtype=jnp.int32))[None, None, :]
                 allowed = (seg_k != 0) & (k_idx <= q_idx) & ((seg_k == seg_q) | (seg_k == par_q))
                 if window is not None:
@@ -255,10 +260,10 @@ def blocked_attend(
         last = n - jnp.argmax(row_flags[::-1])  # one past the last visible key block
         last = jnp.where(row_flags.any(), last, first)
         state = jax.lax.fori_loop(first, last, key_block, _Online.init(b, g, r, block, e))
-        return None, _Online.finish(state, v.dtype)  # [B, Q, G, R, E]
+        return None, _Online.finish(state, v.dtype)  # [B, Q, G, X, E]
 
     xs = (jnp.arange(n), q_blocks, q_meta, flags)
-    _, out = jax.lax.scan(query_block, None, xs)  # [N, B, Q, G, R, E]
+    _, out = jax.lax.scan(query_block, None, xs)  # [A, B, Q, G, X, E]
     return out.transpose(1, 0, 2, 3, 4, 5).reshape(b, t, h, e)
 
 
@@ -289,7 +294,7 @@ def cache_attend(
     r = h // g
     block = min(block, c)
     dtype = q.dtype
-    qb = q.reshape(b, t, g, r, e)  # [B, T, G, R, E]
+    qb = q.reshape(b, t, g, r, e)  # [B, T, G, X, E]
     q_slot = (index + jnp.arange(t, dtype=jnp.int32))[None, :, None]  # [1, T, 1]
     zero = jnp.zeros((), jnp.int32)
 
@@ -298,8 +303,8 @@ def cache_attend(
         start = jnp.minimum(nominal, c - block)
         kb = jax.lax.dynamic_slice(k_cache, (layer, zero, start, zero, zero), (1, b, block, g, e))
         vb = jax.lax.dynamic_slice(v_cache, (layer, zero, start, zero, zero), (1, b, block, g, e))
-        slots = start + jnp.arange(block, dtype=jnp.int32)  # [K]
-        ok = jax.lax.dynamic_slice_in_dim(slot_valid, start, block, axis=1)  # [B, K]
+        slots = start + jnp.arange(block, dtype=jnp.int32)  # [Q]
+        ok = jax.lax.dynamic_slice_in_dim(slot_valid, start, block, axis=1)  # [B, Q]
         allowed = ok[:, None, :] & (slots[None, None, :] <= q_slot) & (slots >= nominal)
         if window is not None:
             k_pos = jax.lax.dynamic_slice_in_dim(slot_positions, start, block, axis=1)
@@ -323,8 +328,8 @@ def attention_block(
     p: dict[str, jax.Array],
     x: Float["B T D"],
     *,
-    cos: Float["B T E"] | None,
-    sin: Float["B T E"] | None,
+    cos: Float["B T E'"] | None,
+    sin: Float["B T E'"] | None,
     attend_fn: AttendFn,
 ) -> tuple[Float["B T D"], Any]:
     """Projections, optional q/k norms, rotary, `attend_fn(q, k, v)`, output projection.

@@ -3,7 +3,7 @@
 Frequencies are computed on the host once per model (numpy float32, the same operation order as
 transformers' `ROPE_INIT_FUNCTIONS`) and stored in the hashable `ModelSpec` as one tuple per layer,
 so that Gemma-3's local/global bases, or any per-layer difference, is just a row of an [L, E'/2]
-table scanned along the layers. `E'` is the rotary width (`E` times the partial-rotary fraction).
+table scanned along the layers. Dimension names: `jaxeval.shapes`.
 
 The one rope type that depends on the batch is `dynamic` (NTK): transformers recomputes the base from
 `max(position_ids) + 1` once that exceeds `max_position_embeddings`. We do the same per call
@@ -180,7 +180,7 @@ def dynamic_inv_freq(rope: DynamicRope, positions: Int["B T"]) -> Float["E'/2"]:
 
 def rope_cos_sin(
     positions: Int["B T"], inv_freq: Float["E'/2"], attention_factor: Float[""], dtype: Any
-) -> tuple[Float["B T E"], Float["B T E"]]:
+) -> tuple[Float["B T E'"], Float["B T E'"]]:
     """cos and sin of `positions * inv_freq` (halves repeated), scaled, cast to the compute dtype."""
     freqs = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, E'/2]
     angles = jnp.concatenate([freqs, freqs], axis=-1)  # [B, T, E']
@@ -189,7 +189,7 @@ def rope_cos_sin(
     return cos, sin
 
 
-def apply_rope(x: Float["B T H E"], cos: Float["B T E"], sin: Float["B T E"]) -> Float["B T H E"]:
+def apply_rope(x: Float["B T H E"], cos: Float["B T E'"], sin: Float["B T E'"]) -> Float["B T H E"]:
     """Rotates the first E' = cos.shape[-1] features of every head (the NeoX "rotate_half" layout)."""
     rot = cos.shape[-1]
     x_rot, x_pass = x[..., :rot], x[..., rot:]
