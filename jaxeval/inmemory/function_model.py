@@ -272,7 +272,9 @@ class FunctionModel:
             out = self._logits(params, ids, slot_pos, self._mask(segment, parent))  # [B, C, V]
         else:
             out = self._hidden(params, ids, slot_pos, segment, parent)  # [B, C, D]
-        new = jax.lax.dynamic_slice_in_dim(out, index, tokens.shape[1], axis=1)  # [B, T, *]
+        new = jax.lax.dynamic_slice_in_dim(
+            out, index, tokens.shape[1], axis=1
+        )  # [B, T, D] or [B, T, V]
         return new, TokenCache(k=ids[None], v=cache.v, valid=slot_valid, positions=slot_pos)
 
     # ---- parameters -----------------------------------------------------------------------
