@@ -9,8 +9,10 @@ Every mesh has the axes `("data", "fsdp", "model")` (size 1 when unused), so the
     make_mesh("data_model")    (8 devices)   {data: 2, fsdp: 1, model: 4}
     make_mesh("data_model", model=2)         {data: 4, fsdp: 1, model: 2}
 
-Batches `[B, ...]` split B over data and fsdp together (`batch_sharding`), replicated if B does not
-divide. No global mesh is ever set: pass the Mesh down explicitly.
+Batches `[B, ...]` split B over data and fsdp together, replicated if B does not divide: this module
+owns that rule (`batch_axes`, `batch_shards`, `rows_axis`, `batch_sharding`, `constrain_rows`) and
+scoring, generation, the KV cache and the kernels import it. No global mesh is ever set: pass the
+Mesh down explicitly.
 
 With several processes (`jaxeval.distributed`) the mesh spans the devices of all of them. Every
 process holds the same host batch; `put_global` makes the global array from it, each process
@@ -134,17 +136,43 @@ def batch_axes(mesh: Mesh) -> tuple[str, ...]:
     return tuple(a for a in BATCH_AXES if a in mesh.shape and mesh.shape[a] > 1)
 
 
-def batch_sharding(mesh: Mesh, shape: Sequence[int]) -> NamedSharding:
-    """NamedSharding for an array `[B, ...]`: B over (data, fsdp), the rest replicated.
+def batch_shards(mesh: Mesh) -> int:
+    """How many ways a batch's rows are split: every planned batch has a multiple of this many rows."""
+    return math.prod(mesh.shape[a] for a in batch_axes(mesh))
 
-    Falls back to replicated when B is not divisible by the number of batch shards.
-    """
+
+def rows_axis(mesh: Mesh, n_rows: int) -> str | tuple[str, ...] | None:
+    """The PartitionSpec entry of a dimension of `n_rows` batch rows: the batch axes when the rows
+    divide evenly over them, else None (replicated)."""
     axes = batch_axes(mesh)
-    n = math.prod(mesh.shape[a] for a in axes)
-    rest = (None,) * (len(shape) - 1)
-    if not axes or shape[0] % n:
-        return NamedSharding(mesh, PartitionSpec(None, *rest))
-    return NamedSharding(mesh, PartitionSpec(axes if len(axes) > 1 else axes[0], *rest))
+    if not axes or n_rows % batch_shards(mesh):
+        return None
+    return axes if len(axes) > 1 else axes[0]
+
+
+def batch_sharding(mesh: Mesh, shape: Sequence[int], row_dim: int = 0) -> NamedSharding:
+    """NamedSharding for an array whose dimension `row_dim` holds batch rows: that dimension over
+    (data, fsdp), the rest replicated; fully replicated when the rows do not divide evenly.
+
+    This is the batch rule of the whole package: scoring batches, generation batches, KV caches
+    (`jaxeval.models.sharding.cache_shardings`) and the kernels' sharding constraints use it.
+    """
+    spec: list[Any] = [None] * len(shape)
+    spec[row_dim] = rows_axis(mesh, shape[row_dim])
+    return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+def batch_shardings(mesh: Mesh, tree: Any) -> Any:
+    """`batch_sharding` for every array of a host batch pytree (rows first in each)."""
+    return jax.tree.map(lambda x: batch_sharding(mesh, np.shape(x)), tree)
+
+
+def constrain_rows(x: jax.Array, mesh: Mesh | None, row_dim: int = 0) -> jax.Array:
+    """Inside a jitted kernel: pins dimension `row_dim` of `x` to the batch rule (no-op without a
+    mesh or when the rows do not split)."""
+    if mesh is None or rows_axis(mesh, x.shape[row_dim]) is None:
+        return x
+    return jax.lax.with_sharding_constraint(x, batch_sharding(mesh, x.shape, row_dim))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -185,6 +213,24 @@ def put_global(tree: Any, shardings: Any) -> Any:
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
     return jax.tree.map(put, tree, shardings)
+
+
+def place_params(params: Any, mesh: Mesh) -> Any:
+    """Keeps arrays already sharded on `mesh`; replicates anything else (host arrays, other devices)."""
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    def place(x):
+        if (
+            isinstance(x, jax.Array)
+            and isinstance(x.sharding, NamedSharding)
+            and x.sharding.mesh == mesh
+        ):
+            return x
+        if jax.process_count() > 1:  # through the host: each process places its own replicas
+            return put_global(to_host(x), replicated)
+        return jax.device_put(x, replicated)
+
+    return jax.tree.map(place, params)
 
 
 def to_host(tree: Any) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from jaxeval.models.contract import DecoderModel
 from jaxeval.models.decoder import KVCache
 from jaxeval.shapes import Float, Int
 
@@ -30,7 +31,7 @@ def decode_step(
     positions: IntB,
     index: Int[""],
     *,
-    model: Any,
+    model: DecoderModel,
 ) -> tuple[Float["B V"], KVCache]:
     """Feeds one token per row at cache slot `index`; returns its next-token logits and the cache."""
     ones = jnp.ones((tokens.shape[0], 1), bool)

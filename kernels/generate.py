@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 from jaxeval.kernels.decode_step import decode_step
 from jaxeval.kernels.sampling import SamplingParams, next_tokens, row_keys
 from jaxeval.kernels.stop_match import (
@@ -38,6 +38,8 @@ from jaxeval.kernels.stop_match import (
     stop_token_hit,
 )
 
+from jaxeval.mesh import constrain_rows
+from jaxeval.models.contract import DecoderModel
 from jaxeval.shapes import Bool, Float, Int
 
 # 1-D shape annotations as names: a lone letter in a string reads as an undefined name to linters
@@ -82,26 +84,12 @@ class GenerateResult(NamedTuple):
     steps: Int[""]  # decode steps the batch ran (= longest row)
 
 
-def _row_constraint(x: jax.Array, mesh: Mesh | None, axes: tuple[str, ...], row_dim: int):
-    """Pins the row dimension of a batch-sized array to the mesh's batch axes (when it divides)."""
-    if mesh is None or not axes:
-        return x
-    shards = 1
-    for a in axes:
-        shards *= mesh.shape[a]
-    if x.shape[row_dim] % shards:
-        return x
-    spec = [None] * x.ndim
-    spec[row_dim] = axes if len(axes) > 1 else axes[0]
-    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
-
-
-def _constrain_cache(cache: Any, mesh: Mesh | None, axes: tuple[str, ...]) -> Any:
+def _constrain_cache(cache: Any, mesh: Mesh | None) -> Any:
     return cache._replace(
-        k=_row_constraint(cache.k, mesh, axes, 1),  # [L, B, C, G, E]
-        v=_row_constraint(cache.v, mesh, axes, 1),
-        valid=_row_constraint(cache.valid, mesh, axes, 0),  # [B, C]
-        positions=_row_constraint(cache.positions, mesh, axes, 0),
+        k=constrain_rows(cache.k, mesh, 1),  # [L, B, C, G, E]
+        v=constrain_rows(cache.v, mesh, 1),
+        valid=constrain_rows(cache.valid, mesh, 0),  # [B, C]
+        positions=constrain_rows(cache.positions, mesh, 0),
     )
 
 
@@ -122,12 +110,11 @@ def generate(
     batch: GenerateBatch,
     seed: Int[""],
     *,
-    model: Any,
+    model: DecoderModel,
     n_new: int,
     copies: int = 1,
     sample: bool = True,
     mesh: Mesh | None = None,
-    batch_axes: tuple[str, ...] = (),
 ) -> GenerateResult:
     """Prefill + decode loop for one batch (module docstring). Pure; jit with the statics bound.
 
@@ -146,7 +133,7 @@ def generate(
     # ---- prefill: U prompts, cache slots [0, P) -------------------------------------------
     valid = batch.valid.astype(bool)
     positions = jnp.maximum(jnp.cumsum(valid, axis=1, dtype=jnp.int32) - 1, 0)  # [U, P]
-    cache = _constrain_cache(model.init_cache(u, p + n_new), mesh, batch_axes)
+    cache = _constrain_cache(model.init_cache(u, p + n_new), mesh)
     h, cache = model.forward_cached(params, cache, batch.tokens, positions, valid, 0)
     logits = model.head(params, h[:, -1])  # [U, V] (left padding: the last column is real)
     prompt_len = jnp.sum(valid, axis=1, dtype=jnp.int32)  # [U]
@@ -159,7 +146,7 @@ def generate(
         )
         logits = jnp.repeat(logits, copies, axis=0)  # [B, V]
         prompt_len = jnp.repeat(prompt_len, copies, axis=0)  # [B]
-    cache = _constrain_cache(cache, mesh, batch_axes)
+    cache = _constrain_cache(cache, mesh)
 
     def record(state: _State, tok: jax.Array) -> _State:
         live = ~state.done
@@ -195,7 +182,7 @@ def generate(
         i = state.step
         pos = prompt_len + i - 1  # [B] position of the token fed now
         logits, cache = decode_step(params, state.cache, state.last, pos, p + i - 1, model=model)
-        state = state._replace(cache=_constrain_cache(cache, mesh, batch_axes))
+        state = state._replace(cache=_constrain_cache(cache, mesh))
         return record(state, pick(logits, i))
 
     state = jax.lax.while_loop(cond, body, state)

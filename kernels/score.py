@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxeval.models.contract import DecoderModel
 from jaxeval.shapes import Float, Int
 
 # Elements of one [B*K, Vc] float32 logits block: 2**22 * 4 bytes = 16 MiB (the memory bound).
@@ -157,7 +158,12 @@ def segment_sum_f32(values: jax.Array, segment_ids: jax.Array, num_segments: int
 
 
 def score(
-    params: Any, batch: ScoreBatch, *, model: Any, n_slots: int, vocab_chunk: int | None = None
+    params: Any,
+    batch: ScoreBatch,
+    *,
+    model: DecoderModel,
+    n_slots: int,
+    vocab_chunk: int | None = None,
 ) -> ScoreResult:
     """Per-slot loglikelihood and greedy flag for one batch of packed rows.
 

@@ -24,7 +24,7 @@ PUBLIC = {
         "parse_model_args",
         "JaxLM",
         "Encoder",
-        "plan_batches",
+        "plan_score_batches",
         "generate_until",
     ],
     "jaxeval.metrics": [

@@ -21,8 +21,8 @@ _LAZY = {
     "rolling_windows": "jaxeval.lm.encoding",
     "truncate_request": "jaxeval.lm.encoding",
     "JaxLM": "jaxeval.lm.jax_lm",
-    "Plan": "jaxeval.lm.planner",
-    "plan_batches": "jaxeval.lm.planner",
+    "ScorePlan": "jaxeval.lm.planner",
+    "plan_score_batches": "jaxeval.lm.planner",
     "Generator": "jaxeval.lm.generation",
     "generate_until": "jaxeval.lm.generation",
 }

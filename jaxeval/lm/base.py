@@ -13,6 +13,7 @@ import abc
 from typing import Any
 
 from jaxeval.api.instance import Instance
+from jaxeval.lm.args import parse_model_args
 from jaxeval.registry import Registry
 
 
@@ -62,8 +63,6 @@ class LM(abc.ABC):
     def create_from_arg_string(
         cls, arg_string: str, additional_config: dict[str, Any] | None = None
     ) -> LM:
-        from jaxeval.lm.args import parse_model_args
-
         kwargs = parse_model_args(arg_string)
         extra = {k: v for k, v in (additional_config or {}).items() if v is not None}
         return cls(**kwargs, **extra)

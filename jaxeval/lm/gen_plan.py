@@ -68,7 +68,7 @@ class Prompt:
 
 
 @dataclasses.dataclass(frozen=True)
-class BucketShape:
+class GenShape:
     unique: int  # U
     prompt: int  # P
     new: int  # N
@@ -81,8 +81,8 @@ class BucketShape:
 
 
 @dataclasses.dataclass(frozen=True)
-class PlannedBatch:
-    shape: BucketShape
+class PlannedGenBatch:
+    shape: GenShape
     batch: GenerateBatch  # numpy arrays
     rows: np.ndarray  # int64[B]: caller's request position per row, -1 = padding
 
@@ -100,9 +100,9 @@ def max_unique_for(batch_size: int, copies: int, shards: int) -> int:
     return max(shards, -(-per // shards) * shards)
 
 
-def plan_batches(
+def plan_gen_batches(
     prompts: Sequence[Prompt], *, batch_size: int, shards: int, shrink_last: bool = True
-) -> list[PlannedBatch]:
+) -> list[PlannedGenBatch]:
     """Groups, sorts and pads the prompts into bucketed batches (module docstring).
 
     `shrink_last=False` pads every batch to the full U, so only P and N vary (fewer compilations).
@@ -117,7 +117,7 @@ def plan_batches(
         max_u = max_unique_for(batch_size, copies, shards)
         for start in range(0, len(group), max_u):
             chunk = group[start : start + max_u]
-            shape = BucketShape(
+            shape = GenShape(
                 unique=unique_bucket(len(chunk), max_u, shards) if shrink_last else max_u,
                 prompt=prompt_bucket(max(len(pr.tokens) for pr in chunk)),
                 new=n_new,
@@ -128,7 +128,7 @@ def plan_batches(
     return out
 
 
-def plan_digest(plan: Sequence[PlannedBatch]) -> bytes:
+def gen_plan_digest(plan: Sequence[PlannedGenBatch]) -> bytes:
     """Digest of every batch's shape, arrays and row map (processes must agree on it)."""
     arrays = [np.asarray([len(plan)])]
     for pb in plan:
@@ -137,7 +137,7 @@ def plan_digest(plan: Sequence[PlannedBatch]) -> bytes:
     return fingerprint(arrays)
 
 
-def _fill(chunk: Sequence[Prompt], shape: BucketShape) -> PlannedBatch:
+def _fill(chunk: Sequence[Prompt], shape: GenShape) -> PlannedGenBatch:
     u, p, b, c = shape.unique, shape.prompt, shape.rows, shape.copies
     tokens = np.zeros((u, p), np.int32)
     valid = np.zeros((u, p), bool)
@@ -178,4 +178,4 @@ def _fill(chunk: Sequence[Prompt], shape: BucketShape) -> PlannedBatch:
         stop_ids=stop_ids,
         stops=stops,
     )
-    return PlannedBatch(shape=shape, batch=batch, rows=rows)
+    return PlannedGenBatch(shape=shape, batch=batch, rows=rows)

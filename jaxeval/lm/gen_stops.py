@@ -32,7 +32,7 @@ import numpy as np
 
 from jaxeval.kernels.stop_match import NO_BYTE, STOP_PAD
 
-BUFFER_BYTES = 64  # W
+BUFFER_BYTES = 64  # Y (text-buffer bytes per row)
 STOP_BYTES = 32  # M
 STOP_STRINGS = 8  # S
 STOP_TOKENS = 8  # E
@@ -82,7 +82,7 @@ def _vocab_bytes(piece: str | None, byte_level: bool, byte_decoder: dict[str, in
 def token_bytes(
     tokenizer: Any, vocab_size: int, width: int = BUFFER_BYTES
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(int16[V, W] right-aligned last bytes, int32[V] byte counts) for every model token id."""
+    """(int16[V, Y] right-aligned last bytes, int32[V] byte counts) for every model token id."""
     key = (id(tokenizer), vocab_size, width)
     if key in _TABLES:
         return _TABLES[key]
@@ -131,8 +131,8 @@ def special_token_ids(tokenizer: Any) -> dict[str, int]:
 
 @dataclasses.dataclass(frozen=True)
 class StopRows:
-    stop_ids: np.ndarray  # int32[E]
-    stops: np.ndarray  # int32[S, M]
+    stop_ids: np.ndarray  # int32[I]
+    stops: np.ndarray  # int32[Z, M]
     max_new_cap: int | None  # lm-eval stops after 1 token when a stop string is ""
 
 

@@ -47,7 +47,7 @@ from jaxeval.errors import JaxevalError
 from jaxeval.kernels.generate import STOP_STRING, GenerateBatch, GenerateResult, StopTable, generate
 from jaxeval.lm.encoding import Encoder
 from jaxeval.lm.gen_kwargs import DEFAULT_MAX_GEN_TOKS, SamplingDefaults, normalize
-from jaxeval.lm.gen_plan import BucketShape, PlannedBatch, Prompt, plan_batches, plan_digest
+from jaxeval.lm.gen_plan import GenShape, PlannedGenBatch, Prompt, gen_plan_digest, plan_gen_batches
 from jaxeval.lm.gen_stops import (
     BUFFER_BYTES,
     contains_stop,
@@ -56,21 +56,9 @@ from jaxeval.lm.gen_stops import (
     stop_rows,
     token_bytes,
 )
-from jaxeval.mesh import put_global, to_host
+from jaxeval.mesh import batch_shardings, batch_shards, place_params, put_global, to_host
 
 DEFAULT_SEED = 1234  # lm-eval's default torch seed
-_BATCH_AXES = ("data", "fsdp")
-
-
-def _batch_axes(mesh: Mesh) -> tuple[str, ...]:
-    return tuple(a for a in _BATCH_AXES if a in mesh.axis_names and mesh.shape[a] > 1)
-
-
-def _shards(mesh: Mesh) -> int:
-    n = 1
-    for a in _batch_axes(mesh):
-        n *= mesh.shape[a]
-    return n
 
 
 def load_generation_config(path: str | None, hf_config: Any) -> Any:
@@ -114,8 +102,6 @@ class Generator:
         seed: int = DEFAULT_SEED,
         shrink_last_batch: bool = True,
     ):
-        from jaxeval.lm.scorer import place_params
-
         self.spec = model.spec
         self.mesh: Mesh = model.mesh
         self.params = place_params(model.params, self.mesh)
@@ -134,8 +120,7 @@ class Generator:
         self.eos_ids = eos_ids_of(gen_config, model.hf_config)
         self.sampling_defaults = SamplingDefaults.from_generation_config(gen_config)
         self.specials = special_token_ids(tokenizer)
-        self.axes = _batch_axes(self.mesh)
-        self.shards = _shards(self.mesh)
+        self.shards = batch_shards(self.mesh)
         self.replicated = NamedSharding(self.mesh, P())
         vocab = self.spec.vocab_size
         table, lengths = token_bytes(tokenizer, vocab, BUFFER_BYTES)
@@ -143,7 +128,7 @@ class Generator:
             bytes=put_global(table, self.replicated),
             lengths=put_global(lengths, self.replicated),
         )
-        self._compiled: dict[BucketShape, Callable] = {}
+        self._compiled: dict[GenShape, Callable] = {}
         self.compile_seconds = 0.0
         self.stats: dict[str, float] = {}
 
@@ -152,28 +137,7 @@ class Generator:
     def compile_count(self) -> int:
         return len(self._compiled)
 
-    def _row_sharding(self, n: int, ndim: int) -> NamedSharding:
-        if not self.axes or n % self.shards:
-            return NamedSharding(self.mesh, P(*([None] * ndim)))
-        axes = self.axes if len(self.axes) > 1 else self.axes[0]
-        return NamedSharding(self.mesh, P(axes, *([None] * (ndim - 1))))
-
-    def _batch_shardings(self, shape: BucketShape) -> GenerateBatch:
-        u, b = shape.unique, shape.rows
-        return GenerateBatch(
-            tokens=self._row_sharding(u, 2),
-            valid=self._row_sharding(u, 2),
-            key_ids=self._row_sharding(b, 2),
-            max_new=self._row_sharding(b, 1),
-            greedy=self._row_sharding(b, 1),
-            temperature=self._row_sharding(b, 1),
-            top_k=self._row_sharding(b, 1),
-            top_p=self._row_sharding(b, 1),
-            stop_ids=self._row_sharding(b, 2),
-            stops=self._row_sharding(b, 3),
-        )
-
-    def compiled(self, shape: BucketShape, example: GenerateBatch) -> Callable:
+    def compiled(self, shape: GenShape, example: GenerateBatch) -> Callable:
         """The executable for one bucket shape (compiled once, ahead of time)."""
         if shape not in self._compiled:
             start = time.perf_counter()
@@ -184,9 +148,8 @@ class Generator:
                 copies=shape.copies,
                 sample=shape.sample,
                 mesh=self.mesh,
-                batch_axes=self.axes,
             )
-            shardings = self._batch_shardings(shape)
+            shardings = batch_shardings(self.mesh, example)
             abstract = jax.tree.map(
                 lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                 example,
@@ -263,10 +226,10 @@ class Generator:
     # ---- running --------------------------------------------------------------------------
     def _run(
         self,
-        plan: list[PlannedBatch],
+        plan: list[PlannedGenBatch],
         on_batch: Callable[[int, int], None],
-        on_result: Callable[[PlannedBatch, GenerateResult], None] | None = None,
-    ) -> list[tuple[PlannedBatch, GenerateResult]]:
+        on_result: Callable[[PlannedGenBatch, GenerateResult], None] | None = None,
+    ) -> list[tuple[PlannedGenBatch, GenerateResult]]:
         seed = put_global(np.int32(self.seed), self.replicated)
         pending, done = [], []
 
@@ -280,7 +243,7 @@ class Generator:
 
         for pb in plan:
             fn = self.compiled(pb.shape, pb.batch)
-            batch = put_global(pb.batch, self._batch_shardings(pb.shape))
+            batch = put_global(pb.batch, batch_shardings(self.mesh, pb.batch))
             pending.append((pb, fn(self.params, self.stop_table, batch, seed)))
             if len(pending) > 1:  # keep one batch queued while the host decodes the last
                 collect(pending.pop(0))
@@ -296,19 +259,19 @@ class Generator:
     ) -> dict[int, tuple[list[int], int]]:
         """Generates every copy of every prompt: request position -> (token ids, end reason).
         `on_rows` receives each batch's [(position, token ids, end reason)] as it finishes."""
-        plan = plan_batches(
+        plan = plan_gen_batches(
             prompts,
             batch_size=self.batch_size,
             shards=self.shards,
             shrink_last=self.shrink_last_batch,
         )
         if jax.process_count() > 1:
-            distributed.check_same("generation plan", plan_digest(plan))
+            distributed.check_same("generation plan", gen_plan_digest(plan))
         out: dict[int, tuple[list[int], int]] = {}
         steps = 0
         reasons = [0, 0, 0]
 
-        def batch_rows(pb: PlannedBatch, res: GenerateResult) -> None:
+        def batch_rows(pb: PlannedGenBatch, res: GenerateResult) -> None:
             if on_rows is not None:
                 rows = [
                     (int(pos), res.tokens[r, : res.length[r]].tolist(), int(res.reason[r]))

@@ -29,15 +29,21 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
 from jaxeval import compile_cache, distributed
+from jaxeval.cache import file_identity, fingerprint_of
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.base import LM, MODELS
 from jaxeval.lm.buckets import BucketSet, parse_buckets
-from jaxeval.lm.encoding import Encoder, resolve_max_length, truncate_request
-from jaxeval.lm.planner import Plan, plan_batches
-from jaxeval.lm.scorer import Scorer, batch_shards
+from jaxeval.lm.encoding import Encoder, resolve_max_length, rolling_windows, truncate_request
+from jaxeval.lm.generation import generate_until
+from jaxeval.lm.model_config import JaxLMConfig
+from jaxeval.lm.planner import ScorePlan, plan_score_batches
+from jaxeval.lm.scorer import Scorer
+from jaxeval.mesh import batch_shards, local_device, make_mesh, spans_all_processes
+from jaxeval.models import LoadedModel, load_model
 
 DEFAULT_CPU_TOKEN_BUDGET = 8192
 _MIN_AUTO_BUDGET = 1024
@@ -45,36 +51,6 @@ _MAX_AUTO_BUDGET = 1 << 20
 _SUMMED_STATS = ("requests", "real_tokens", "computed_tokens", "batches", "compilations")
 _SUMMED_STATS += ("computed_points", "cache_hits", "compile_s", "plan_s", "run_s")
 _ATTENTION_KEYS = 512  # keys per query row held at once (dense rows < 512, blocks of <= 512)
-
-# HFLM arguments accepted for command-line compatibility that change nothing here.
-_IGNORED_HF_ARGS = (
-    "device",
-    "parallelize",
-    "logits_cache",
-    "device_map",
-    "max_memory_per_gpu",
-    "offload_folder",
-)
-
-
-GEN_MIN_BATCH = 16
-
-
-def _parse_batch_size(batch_size: int | str) -> int | str:
-    if isinstance(batch_size, str):
-        text = batch_size.strip().lower()
-        if text.startswith("auto"):
-            return "auto"
-        try:
-            return int(text)
-        except ValueError:
-            raise JaxevalError(
-                f"batch_size={batch_size!r} is neither an integer nor 'auto'/'auto:N'",
-                field="batch_size",
-            ) from None
-    if int(batch_size) < 1:
-        raise JaxevalError(f"batch_size must be >= 1, got {batch_size}", field="batch_size")
-    return int(batch_size)
 
 
 def auto_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int) -> int:
@@ -92,8 +68,6 @@ def auto_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int
 
 
 def _local_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int) -> int:
-    from jaxeval.mesh import local_device
-
     device = local_device(mesh) if mesh is not None else jax.local_devices()[0]
     stats = None
     try:
@@ -164,65 +138,66 @@ class JaxLM(LM):
     # recomputed batches are the very batches of the interrupted run (same values, bit for bit).
     known_answers: dict[int, Any] | None = None
 
-    def __init__(
-        self,
-        pretrained: Any = None,
-        *,
-        dtype: str = "auto",
-        batch_size: int | str = 1,
-        max_batch_size: int = 64,
-        max_length: int | None = None,
-        add_bos_token: bool | None = None,
-        prefix_token_id: int | None = None,
-        trust_remote_code: bool = False,
-        revision: str | None = "main",
-        tokenizer: Any = None,
-        use_fast_tokenizer: bool = True,
-        backend: str = "default",
-        softmax_dtype: str | None = None,
-        mesh: Any = None,
-        token_budget: int | None = None,
-        buckets: Any = None,
-        packing: bool = True,
-        shared_context: bool = True,
-        vocab_chunk: int | None = None,
-        gen_batch_size: int | None = None,
-        seed: int = 1234,
-        gguf_file: str | None = None,
-        compilation_cache: str | None = None,
-        **kwargs: Any,
-    ):
-        unknown = sorted(set(kwargs) - set(_IGNORED_HF_ARGS))
-        if unknown:
-            raise JaxevalError(
-                f"unknown model argument(s) {', '.join(unknown)} for the jax model",
-                field="model_args",
-                hint="known: pretrained, dtype, batch_size, max_batch_size, max_length, add_bos_token, "
-                "prefix_token_id, trust_remote_code, revision, tokenizer, mesh, token_budget, buckets, "
-                "packing, shared_context, vocab_chunk, gen_batch_size, seed, gguf_file, "
-                "compilation_cache",
+    def __init__(self, pretrained: Any = None, *, config: JaxLMConfig | None = None, **kwargs: Any):
+        """`JaxLM(pretrained=..., **model_args)` or `JaxLM(config=JaxLMConfig(...))`; the arguments
+        are `JaxLMConfig`'s fields (unknown names are an error that lists them)."""
+        if config is None:
+            config = JaxLMConfig.from_kwargs({"pretrained": pretrained, **kwargs})
+        elif pretrained is not None or kwargs:
+            raise JaxevalError("give either config= or model arguments, not both", field="config")
+        self.config = config
+        self.compilation_cache = compile_cache.enable(config.compilation_cache)
+        self.loaded, self.mesh = self._load(config)
+        self._tokenizer = self._make_tokenizer(config, self.loaded.path)
+        self.encoder = Encoder(
+            self._tokenizer,
+            add_bos_token=config.add_bos_token,
+            prefix_token_id=config.prefix_token_id,
+        )
+        self._max_length = (
+            int(config.max_length)
+            if config.max_length
+            else resolve_max_length(self.loaded.hf_config, self._tokenizer)
+        )
+        self.batch_size = config.batch_size
+        self.max_batch_size = int(config.max_batch_size)
+        self.gen_batch_size = config.generation_batch_size
+        self.seed = int(config.seed)
+        token_budget = config.token_budget
+        if token_budget is None:  # the same for N, auto and auto:N (see the module docstring)
+            token_budget = auto_token_budget(
+                self.loaded.spec, self.mesh, self._max_length, self.max_batch_size
             )
-        if pretrained is None:
-            raise JaxevalError(
-                "the jax model needs pretrained=<checkpoint dir or hub id>", field="model_args"
-            )
-        if backend not in ("default", "causal"):
-            raise JaxevalError(
-                f"backend={backend!r} is not supported; jaxeval scores causal LMs", field="backend"
-            )
-        if softmax_dtype not in (None, "float32", "fp32"):
-            raise JaxevalError(
-                "softmax_dtype: log-softmax always runs in float32 here", field="softmax_dtype"
-            )
-        from jaxeval.mesh import make_mesh, spans_all_processes
-        from jaxeval.models import LoadedModel, load_model
+        self.token_budget = int(token_budget)
+        self.buckets: BucketSet = parse_buckets(
+            config.buckets,
+            max_length=self._max_length,
+            token_budget=self.token_budget,
+            row_multiple=batch_shards(self.mesh),
+        )
+        self.packing = bool(config.packing)
+        self.shared_context = bool(config.shared_context)
+        self.scorer = Scorer(
+            model=self.loaded.spec,
+            params=self.loaded.params,
+            mesh=self.mesh,
+            buckets=self.buckets,
+            vocab_chunk=config.vocab_chunk,
+        )
+        self.last_plan: ScorePlan | None = None
+        self.stats: dict[str, float] = {}  # the last scoring call
+        self.totals: dict[str, float] = {}  # every scoring call so far (reported in model_info)
 
-        self.compilation_cache = compile_cache.enable(compilation_cache)
-
-        if isinstance(mesh, str) or mesh is None:
-            mesh = make_mesh(mesh or ("data" if len(jax.devices()) > 1 else "single"))
-        if isinstance(pretrained, LoadedModel) and pretrained.mesh != mesh:
-            mesh = pretrained.mesh
+    @staticmethod
+    def _load(config: JaxLMConfig) -> tuple[LoadedModel, Mesh]:
+        """The model on its mesh: a given `LoadedModel` keeps its own mesh; otherwise the mesh is
+        built (a preset name, or `data` over several devices) and the checkpoint loaded onto it."""
+        if isinstance(config.pretrained, LoadedModel):
+            mesh = config.pretrained.mesh
+        elif isinstance(config.mesh, str) or config.mesh is None:
+            mesh = make_mesh(config.mesh or ("data" if len(jax.devices()) > 1 else "single"))
+        else:
+            mesh = config.mesh
         if not spans_all_processes(mesh):  # every process must take part in every kernel call
             raise JaxevalError(
                 f"the mesh {dict(mesh.shape)} does not include devices of every one of the "
@@ -230,78 +205,24 @@ class JaxLM(LM):
                 field="mesh",
                 hint="use a preset over all devices, e.g. mesh=data",
             )
-        if isinstance(pretrained, LoadedModel):
-            self.loaded = pretrained
-        else:
-            self.loaded = load_model(
-                str(pretrained),
-                mesh=mesh,
-                dtype=dtype,
-                revision=revision,
-                trust_remote_code=trust_remote_code,
-                gguf_file=gguf_file,
-            )
-        self.mesh = mesh
-        self._tokenizer = self._make_tokenizer(
-            tokenizer,
-            self.loaded.path,
-            revision,
-            trust_remote_code,
-            use_fast_tokenizer,
-            add_bos_token,
-        )
-        self.encoder = Encoder(
-            self._tokenizer, add_bos_token=add_bos_token, prefix_token_id=prefix_token_id
-        )
-        self._max_length = (
-            int(max_length)
-            if max_length
-            else resolve_max_length(self.loaded.hf_config, self._tokenizer)
-        )
-        self.batch_size = _parse_batch_size(batch_size)
-        self.max_batch_size = int(max_batch_size)
-        # Generation rows per batch. Outputs never depend on it (per-row settings and PRNG keys),
-        # so lm-eval's default batch_size=1 does not force one prompt at a time here.
-        self.gen_batch_size = (
-            int(gen_batch_size)
-            if gen_batch_size
-            else (
-                self.max_batch_size
-                if self.batch_size == "auto" or not isinstance(self.batch_size, int)
-                else max(self.batch_size, GEN_MIN_BATCH)
-            )
-        )
-        self.seed = int(seed)
-        if token_budget is None:  # the same for N, auto and auto:N (see the module docstring)
-            token_budget = auto_token_budget(
-                self.loaded.spec, mesh, self._max_length, self.max_batch_size
-            )
-        self.token_budget = int(token_budget)
-        self.buckets: BucketSet = parse_buckets(
-            buckets,
-            max_length=self._max_length,
-            token_budget=self.token_budget,
-            row_multiple=batch_shards(mesh),
-        )
-        self.packing = bool(packing)
-        self.shared_context = bool(shared_context)
-        self.scorer = Scorer(
-            model=self.loaded.spec,
-            params=self.loaded.params,
+        if isinstance(config.pretrained, LoadedModel):
+            return config.pretrained, mesh
+        loaded = load_model(
+            str(config.pretrained),
             mesh=mesh,
-            buckets=self.buckets,
-            vocab_chunk=vocab_chunk,
+            dtype=config.dtype,
+            revision=config.revision,
+            trust_remote_code=config.trust_remote_code,
+            gguf_file=config.gguf_file,
         )
-        self.last_plan: Plan | None = None
-        self.stats: dict[str, float] = {}  # the last scoring call
-        self.totals: dict[str, float] = {}  # every scoring call so far (reported in model_info)
+        return loaded, mesh
 
-    def _make_tokenizer(
-        self, tokenizer, path, revision, trust_remote_code, use_fast, add_bos_token
-    ):
+    def _make_tokenizer(self, config: JaxLMConfig, path: str) -> Any:
+        tokenizer, revision, add_bos_token = config.tokenizer, config.revision, config.add_bos_token
         if tokenizer is not None and not isinstance(tokenizer, str):
             return tokenizer
         if tokenizer is None and self.loaded.gguf_file:
+            # start-up: the gguf package and transformers' GGUF tables load only for a .gguf file
             from jaxeval.models.gguf import load_tokenizer
             from jaxeval.models.gguf_file import GGUFFile
 
@@ -309,7 +230,10 @@ class JaxLM(LM):
             return load_tokenizer(GGUFFile(self.loaded.gguf_file), **overrides)
         from transformers import AutoTokenizer
 
-        kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "use_fast": use_fast}
+        kwargs: dict[str, Any] = {
+            "trust_remote_code": config.trust_remote_code,
+            "use_fast": config.use_fast_tokenizer,
+        }
         if revision and not os.path.isdir(tokenizer or path):
             kwargs["revision"] = revision
         if add_bos_token is not None:
@@ -446,8 +370,6 @@ class JaxLM(LM):
         return totals
 
     def _rolling(self, ids: list[int]) -> list[tuple[list[int], list[int]]]:
-        from jaxeval.lm.encoding import rolling_windows
-
         return rolling_windows(ids, prefix_token=self.prefix_token_id, max_length=self._max_length)
 
     def loglikelihood_tokens(
@@ -471,7 +393,7 @@ class JaxLM(LM):
         self._check_token_ids(encoded)
         start = time.perf_counter()
         truncated = truncate_all(encoded, self._max_length)
-        plan = plan_batches(
+        plan = plan_score_batches(
             truncated, self.buckets, packing=self.packing, shared_context=self.shared_context
         )
         planned = time.perf_counter()
@@ -544,8 +466,6 @@ class JaxLM(LM):
     def fingerprint(self) -> str:
         """What the response cache keys answers by: the weights' and tokenizer files' identity
         (name, size, mtime), dtype, max_length and the tokenizer (`jaxeval.cache`)."""
-        from jaxeval.cache import file_identity, fingerprint_of
-
         gguf = getattr(self.loaded, "gguf_file", None)
         files = [gguf] if gguf else [self.loaded.path]
         tok_path = getattr(self._tokenizer, "name_or_path", "")
@@ -589,8 +509,6 @@ class JaxLM(LM):
 
     def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
         """lm-eval's generate_until on the JAX decode kernel (`jaxeval.lm.generation`)."""
-        from jaxeval.lm.generation import generate_until
-
         return generate_until(
             requests,
             model=self.loaded,

@@ -46,7 +46,7 @@ MIN_SHARED_CONTEXT = 2
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PlannedBatch:
+class PlannedScoreBatch:
     """One kernel call: its bucket, the batch arrays, and which request each slot answers."""
 
     bucket: Bucket
@@ -60,8 +60,8 @@ class PlannedBatch:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Plan:
-    batches: tuple[PlannedBatch, ...]
+class ScorePlan:
+    batches: tuple[PlannedScoreBatch, ...]
     n_requests: int
 
     @property
@@ -215,7 +215,7 @@ def _fill_row(
     return next_slot
 
 
-def _build_batch(bucket: Bucket, rows: Sequence[_Row]) -> PlannedBatch:
+def _build_batch(bucket: Bucket, rows: Sequence[_Row]) -> PlannedScoreBatch:
     b, t, k = bucket.rows, bucket.length, bucket.points
     arrays = {
         name: np.zeros((b, t), np.int32) for name in ("tokens", "positions", "segment", "parent")
@@ -227,7 +227,7 @@ def _build_batch(bucket: Bucket, rows: Sequence[_Row]) -> PlannedBatch:
     next_slot = 0
     for r, row in enumerate(rows):
         next_slot = _fill_row(row, r, arrays, slot_request, next_slot)
-    return PlannedBatch(
+    return PlannedScoreBatch(
         bucket=bucket,
         batch=ScoreBatch(**arrays),
         slot_request=slot_request,
@@ -259,14 +259,14 @@ def _fill_partial_batches(by_bucket: dict[Bucket, list[_Row]]) -> None:
         del by_bucket[bucket]
 
 
-def plan_batches(
+def plan_score_batches(
     requests: Sequence[TruncatedRequest],
     buckets: BucketSet,
     *,
     packing: bool = True,
     shared_context: bool = True,
     min_efficiency: float = shaping.DEFAULT_MIN_EFFICIENCY,
-) -> Plan:
+) -> ScorePlan:
     """Plans every request into fixed-shape batches; asserts each request is answered exactly once.
 
     `min_efficiency` is the padding-efficiency floor a fitted grid trades shapes against
@@ -302,12 +302,12 @@ def plan_batches(
             group = by_bucket[bucket]
             for s in range(0, len(group), bucket.rows):
                 batches.append(_build_batch(bucket, group[s : s + bucket.rows]))
-    plan = Plan(batches=tuple(batches), n_requests=len(requests))
+    plan = ScorePlan(batches=tuple(batches), n_requests=len(requests))
     check_coverage(plan, requests)
     return plan
 
 
-def check_coverage(plan: Plan, requests: Sequence[TruncatedRequest]) -> None:
+def check_coverage(plan: ScorePlan, requests: Sequence[TruncatedRequest]) -> None:
     """Every request owns exactly one slot, and that slot has one score point per continuation token."""
     seen = np.zeros(len(requests), np.int64)
     for pb in plan.batches:

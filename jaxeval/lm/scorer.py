@@ -34,44 +34,12 @@ from jaxeval import distributed
 from jaxeval.compile_cache import CompileCounter
 from jaxeval.kernels.score import ScoreBatch, fast_vocab_chunk, score
 from jaxeval.lm.buckets import Bucket, BucketSet
-from jaxeval.lm.planner import Plan
-from jaxeval.mesh import put_global, to_host
-
-BATCH_AXES = ("data", "fsdp")
-
-
-def batch_axes(mesh: Mesh) -> tuple[str, ...]:
-    """The mesh axes a batch's rows are split over."""
-    return tuple(a for a in BATCH_AXES if a in mesh.axis_names)
+from jaxeval.lm.planner import ScorePlan
+from jaxeval.mesh import batch_sharding, batch_shards, place_params, put_global, to_host
+from jaxeval.models.contract import DecoderModel
 
 
-def batch_shards(mesh: Mesh) -> int:
-    """How many ways the rows of a batch are split (B must be a multiple of it)."""
-    n = 1
-    for a in batch_axes(mesh):
-        n *= mesh.shape[a]
-    return n
-
-
-def place_params(params: Any, mesh: Mesh) -> Any:
-    """Keeps arrays already sharded on `mesh`; replicates anything else (host arrays, other devices)."""
-    replicated = NamedSharding(mesh, P())
-
-    def place(x):
-        if (
-            isinstance(x, jax.Array)
-            and isinstance(x.sharding, NamedSharding)
-            and x.sharding.mesh == mesh
-        ):
-            return x
-        if jax.process_count() > 1:  # through the host: each process places its own replicas
-            return put_global(to_host(x), replicated)
-        return jax.device_put(x, replicated)
-
-    return jax.tree.map(place, params)
-
-
-def plan_digest(plan: Plan) -> bytes:
+def score_plan_digest(plan: ScorePlan) -> bytes:
     """Digest of every batch's bucket, arrays and slot map (equal on processes with equal plans)."""
     arrays = [np.asarray([plan.n_requests, len(plan.batches)])]
     for pb in plan.batches:
@@ -86,7 +54,7 @@ class Scorer:
     def __init__(
         self,
         *,
-        model: Any,
+        model: DecoderModel,
         params: Any,
         mesh: Mesh,
         buckets: BucketSet,
@@ -97,10 +65,9 @@ class Scorer:
         self.buckets = buckets
         self.params = place_params(params, mesh)
         self.vocab_chunk = vocab_chunk
-        axes = batch_axes(mesh)
-        self.batch_sharding = NamedSharding(mesh, P(axes if axes else None, None))
-        self.replicated = NamedSharding(mesh, P())
         shards = batch_shards(mesh)
+        self.batch_sharding = batch_sharding(mesh, (shards, 1))  # every bucket's rows divide
+        self.replicated = NamedSharding(mesh, P())
         for b in buckets:
             if b.rows % shards:
                 raise ValueError(
@@ -190,7 +157,7 @@ class Scorer:
 
     def run_plan(
         self,
-        plan: Plan,
+        plan: ScorePlan,
         *,
         on_batch: Callable[[int, int], None] | None = None,
         on_answers: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
@@ -209,7 +176,7 @@ class Scorer:
         answered = np.zeros(plan.n_requests, np.int64)
         pending: list[tuple[Any, Any]] = []
         if jax.process_count() > 1:
-            distributed.check_same("loglikelihood plan", plan_digest(plan))
+            distributed.check_same("loglikelihood plan", score_plan_digest(plan))
         self.compile_async(plan.shapes)
 
         def collect(item):

@@ -17,6 +17,8 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxeval.mesh import rows_axis
+from jaxeval.models.decoder import KVCache
 from jaxeval.models.params import is_info, param_layout
 
 LOGICAL_AXIS_RULES: dict[str, str | None] = {
@@ -63,17 +65,7 @@ def cache_shardings(spec, mesh: Mesh, batch: int, length: int) -> Any:
 
     k, v [L, B, C, G, E] -> (None, batch axes, None, model?, None); valid, positions [B, C] -> rows.
     """
-    from jaxeval.models.decoder import KVCache
-
-    batch_axes = tuple(a for a in ("data", "fsdp") if a in mesh.shape and mesh.shape[a] > 1)
-    n = 1
-    for a in batch_axes:
-        n *= mesh.shape[a]
-    rows = (
-        (batch_axes if len(batch_axes) > 1 else batch_axes[0])
-        if batch_axes and batch % n == 0
-        else None
-    )
+    rows = rows_axis(mesh, batch)
     heads = logical_sharding(mesh, ("kv_heads",), (spec.num_kv_heads,)).spec[0]
     kv = NamedSharding(mesh, PartitionSpec(None, rows, None, heads, None))
     slots = NamedSharding(mesh, PartitionSpec(rows, None))

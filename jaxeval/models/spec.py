@@ -35,7 +35,7 @@ RESIDUAL_KINDS = ("sequential", "parallel", "post_norm")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelSpec:
-    """The static description of a decoder-only LM (glossary letters in comments)."""
+    """The static description of a decoder-only LM (dimension names of `jaxeval.shapes` in comments)."""
 
     model_type: str
     vocab_size: int  # V

@@ -109,7 +109,7 @@ def test_repeats_share_one_prefill():
 def test_compile_count_bounded_by_buckets():
     from transformers import AutoTokenizer
 
-    from jaxeval.lm.gen_plan import plan_batches
+    from jaxeval.lm.gen_plan import plan_gen_batches
     from jaxeval.lm.generation import Generator
     from jaxeval.models import load_model
 
@@ -125,7 +125,7 @@ def test_compile_count_bounded_by_buckets():
         (long, {"max_gen_toks": 8}),
         (long, {"max_gen_toks": 20, "until": ["\n"]}),
     ]
-    plan = plan_batches(gen.prompts(requests), batch_size=4, shards=1)
+    plan = plan_gen_batches(gen.prompts(requests), batch_size=4, shards=1)
     shapes = {pb.shape for pb in plan}
     # U in {1, 2, 4}, P in {16, 32}, N in {16, 32}: few shapes, each compiled once
     assert len(plan) == 3 and len(shapes) == 3

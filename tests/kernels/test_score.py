@@ -11,7 +11,7 @@ from jaxeval.kernels.score import default_vocab_chunk, head_stats, score
 
 from jaxeval.lm.buckets import make_buckets
 from jaxeval.lm.encoding import truncate_request
-from jaxeval.lm.planner import plan_batches
+from jaxeval.lm.planner import plan_score_batches
 from jaxeval.lm.scorer import Scorer
 from tests.kernels.toy_model import ToyModel, greedy_continuation, reference_score
 
@@ -85,7 +85,7 @@ def test_score_matches_unpacked_reference(toy, packing, shared):
     pairs = _requests(model, params, rng)
     reqs = [truncate_request(c, x, 32) for c, x in pairs]
     buckets = make_buckets(max_length=32, token_budget=128, lengths=[16, 32])
-    plan = plan_batches(reqs, buckets, packing=packing, shared_context=shared)
+    plan = plan_score_batches(reqs, buckets, packing=packing, shared_context=shared)
     scorer = Scorer(
         model=model,
         params=params,

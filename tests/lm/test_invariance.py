@@ -3,6 +3,13 @@
 Loglikelihood requests: within 1e-5 + 2e-7 relative (two float32 steps: these random tiny models give
 sums of -100 to -500 nats, where one float32 step is 8e-6 to 3e-5, and XLA's matmul blocking changes
 with the batch shape). Rolling totals (thousands of nats): 1e-5 + 1e-6 relative.
+
+The model-axis variant (`mesh_data2_model4`) is held to the project's per-request float32 bound, 1e-4
+absolute, instead: splitting the model axis 4 ways splits every contraction over D and F (attention
+output, MLP down-projection, LM head) into 4 partial sums added by an all-reduce, in every layer, so
+the summation tree differs from the one-device dot everywhere, not only in its blocking. Seen on an
+AVX-512 CPU (2026-12-01, jax 0.10.2, at the commit before this note as well): 1.9e-5 on a sum of -43.9
+nats (5 float32 steps), every other variant within two steps.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ VARIANTS = {
     "mesh_data8": dict(mesh="data"),
     "mesh_data2_model4": dict(mesh="data_model"),
 }
+
+MODEL_AXIS_VARIANTS = ("mesh_data2_model4",)  # see the module docstring
 
 
 def _run(lm, workload):
@@ -57,7 +66,8 @@ def test_results_invariant(baseline, workload, variant):
     print(
         f"{variant}: max|d ll|={d_ll.max():.2e} (rel {(d_ll / np.abs(ll0)).max():.1e}) max|d rolling|={d_roll.max():.2e}"
     )
-    np.testing.assert_allclose(ll, ll0, atol=1e-5, rtol=2e-7)
+    atol = 1e-4 if variant in MODEL_AXIS_VARIANTS else 1e-5
+    np.testing.assert_allclose(ll, ll0, atol=atol, rtol=2e-7)
     np.testing.assert_array_equal(gr, gr0)
     np.testing.assert_allclose(roll, roll0, atol=1e-5, rtol=1e-6)
 

@@ -6,7 +6,9 @@ import pytest
 
 import jaxeval.lm as lm_pkg
 from jaxeval.errors import JaxevalError
-from jaxeval.lm.jax_lm import JaxLM, _parse_batch_size, auto_token_budget
+from jaxeval.lm.jax_lm import JaxLM, auto_token_budget
+from jaxeval.lm.model_config import IGNORED_HF_ARGS, JaxLMConfig
+from jaxeval.lm.model_config import parse_batch_size as _parse_batch_size
 from jaxeval.mesh import make_mesh
 from jaxeval.models import load_model
 from tests.helpers.tiny_models import tiny_checkpoint
@@ -21,7 +23,7 @@ def llama():
 
 def test_registered_as_jax_and_hf():
     assert lm_pkg.MODELS.get("jax") is JaxLM and lm_pkg.MODELS.get("hf") is JaxLM
-    for name in ("JaxLM", "Encoder", "plan_batches", "make_buckets", "truncate_request"):
+    for name in ("JaxLM", "Encoder", "plan_score_batches", "make_buckets", "truncate_request"):
         assert name in lm_pkg.__all__ and hasattr(lm_pkg, name)
 
 
@@ -33,6 +35,24 @@ def test_unknown_argument_is_a_clear_error(llama):
         JaxLM()
     with pytest.raises(JaxevalError, match="batch_size"):
         _parse_batch_size("lots")
+
+
+def test_known_arguments_come_from_the_config_fields():
+    """The message lists every field of JaxLMConfig (and nothing else); HF-only arguments pass."""
+    with pytest.raises(JaxevalError) as info:
+        JaxLMConfig.from_kwargs({"pretrained": "/m", "bogus": 1, "also_bogus": 2})
+    assert "bogus, also_bogus" not in str(info.value)  # sorted
+    hint = info.value.hint
+    assert hint == "known: " + ", ".join(JaxLMConfig.names())
+    for name in ("vocab_chunk", "gen_batch_size", "use_fast_tokenizer", "backend", "gguf_file"):
+        assert name in JaxLMConfig.names()
+    config = JaxLMConfig.from_kwargs({"pretrained": "/m", **dict.fromkeys(IGNORED_HF_ARGS, "x")})
+    assert config.pretrained == "/m" and config.batch_size == 1
+    assert JaxLMConfig(pretrained="/m", batch_size="auto:4").batch_size == "auto"
+    assert JaxLMConfig(pretrained="/m", batch_size=2).generation_batch_size == 16
+    assert JaxLMConfig(pretrained="/m", batch_size="auto").generation_batch_size == 64
+    with pytest.raises(JaxevalError, match="backend"):
+        JaxLMConfig(pretrained="/m", backend="seq2seq")
 
 
 def test_batch_size_forms_and_cpu_auto_budget(llama):

@@ -8,7 +8,7 @@ import pytest
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.buckets import Bucket, BucketSet, make_buckets, parse_buckets
 from jaxeval.lm.encoding import TruncatedRequest, truncate_request
-from jaxeval.lm.planner import check_coverage, plan_batches
+from jaxeval.lm.planner import check_coverage, plan_score_batches
 
 
 def req(ctx, cont):
@@ -18,7 +18,7 @@ def req(ctx, cont):
 def test_shared_context_layout_golden():
     """The docstring example: context [5, 6, 7], continuations [8, 9] and [4]."""
     buckets = BucketSet(buckets=(Bucket(length=8, points=4, rows=1),))
-    plan = plan_batches([req([5, 6, 7], [8, 9]), req([5, 6, 7], [4])], buckets)
+    plan = plan_score_batches([req([5, 6, 7], [8, 9]), req([5, 6, 7], [4])], buckets)
     (pb,) = plan.batches
     b = pb.batch
     assert b.tokens.tolist() == [[5, 6, 7, 8, 0, 0, 0, 0]]
@@ -34,7 +34,9 @@ def test_shared_context_layout_golden():
 
 def test_unshared_layout_restarts_positions():
     buckets = BucketSet(buckets=(Bucket(length=8, points=8, rows=1),))
-    plan = plan_batches([req([5, 6, 7], [8, 9]), req([1, 2], [3])], buckets, shared_context=False)
+    plan = plan_score_batches(
+        [req([5, 6, 7], [8, 9]), req([1, 2], [3])], buckets, shared_context=False
+    )
     b = plan.batches[0].batch
     assert b.tokens.tolist() == [[5, 6, 7, 8, 1, 2, 0, 0]]
     assert b.positions.tolist() == [[0, 1, 2, 3, 0, 1, 0, 0]]
@@ -62,7 +64,7 @@ def test_every_request_is_answered_once_and_shapes_are_buckets(packing, shared):
     rng = np.random.default_rng(0)
     reqs = _random_requests(rng, 300, 64)
     buckets = make_buckets(max_length=64, token_budget=256, lengths=[16, 32, 64], row_multiple=2)
-    plan = plan_batches(reqs, buckets, packing=packing, shared_context=shared)
+    plan = plan_score_batches(reqs, buckets, packing=packing, shared_context=shared)
     shapes = {(b.length, b.points, b.rows) for b in buckets}
     for pb in plan.batches:
         b = pb.batch
@@ -83,12 +85,12 @@ def test_packing_is_deterministic_and_fills_rows():
     rng = np.random.default_rng(1)
     reqs = _random_requests(rng, 500, 128)
     buckets = make_buckets(max_length=128, token_budget=1024, lengths=[32, 64, 128])
-    a = plan_batches(reqs, buckets)
-    b = plan_batches(reqs, buckets)
+    a = plan_score_batches(reqs, buckets)
+    b = plan_score_batches(reqs, buckets)
     assert [x.batch.tokens.tobytes() for x in a.batches] == [
         x.batch.tokens.tobytes() for x in b.batches
     ]
-    unpacked = plan_batches(reqs, buckets, packing=False, shared_context=False)
+    unpacked = plan_score_batches(reqs, buckets, packing=False, shared_context=False)
     assert a.computed_tokens < 0.75 * unpacked.computed_tokens
     assert a.efficiency > 0.9
 
@@ -98,7 +100,7 @@ def test_big_shared_group_is_split_across_rows():
     ctx = [3, 4, 5]
     reqs = [req(ctx, [10 + i % 7] * (1 + i % 3)) for i in range(400)]
     buckets = make_buckets(max_length=32, token_budget=128, lengths=[16, 32])
-    plan = plan_batches(reqs, buckets)
+    plan = plan_score_batches(reqs, buckets)
     check_coverage(plan, reqs)
     assert len(plan.batches) > 1
 
@@ -106,7 +108,7 @@ def test_big_shared_group_is_split_across_rows():
 def test_oversize_request_is_rejected_not_dropped():
     buckets = make_buckets(max_length=16, token_budget=64, lengths=[16])
     with pytest.raises(ValueError, match="truncate"):
-        plan_batches([req(list(range(1, 20)), [1, 2])], buckets)
+        plan_score_batches([req(list(range(1, 20)), [1, 2])], buckets)
 
 
 def test_buckets_are_sorted_validated_and_cover_max_length():

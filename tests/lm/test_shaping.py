@@ -12,8 +12,9 @@ import pytest
 
 from jaxeval.lm.buckets import Bucket, fitted_buckets, grid_lengths
 from jaxeval.lm.encoding import rolling_windows, truncate_request
-from jaxeval.lm.jax_lm import _parse_batch_size, auto_token_budget
-from jaxeval.lm.planner import plan_batches
+from jaxeval.lm.jax_lm import auto_token_budget
+from jaxeval.lm.model_config import parse_batch_size as _parse_batch_size
+from jaxeval.lm.planner import plan_score_batches
 from jaxeval.lm.shaping import _pieces, _remainder_options, pack_length, shape_batches
 
 MAX_LENGTHS = (512, 2048, 8192, 32768, 131072)
@@ -72,7 +73,9 @@ def test_padding_efficiency_at_least_90_percent(kind, n_docs, max_length):
     requests = _workload(kind, n_docs, max_length)
     for budget in sorted(_budgets(max_length)):
         buckets = fitted_buckets(max_length=max_length, token_budget=budget)
-        plan = plan_batches(requests, buckets)  # checks every request is answered exactly once
+        plan = plan_score_batches(
+            requests, buckets
+        )  # checks every request is answered exactly once
         assert plan.efficiency >= 0.9, (kind, n_docs, max_length, budget, plan.efficiency)
         assert all(
             b.bucket.rows <= budget // b.bucket.length or b.bucket.rows == 1 for b in plan.batches
@@ -128,7 +131,7 @@ def test_multiple_choice_rows_keep_the_small_point_bucket():
     """Shapes are merged to save compilations, but not into a bucket with twice the score points:
     the LM head runs at every point of a bucket."""
     buckets = fitted_buckets(max_length=8192, token_budget=8192)
-    plan = plan_batches(_workload("mc_0shot", 100, 8192), buckets)
+    plan = plan_score_batches(_workload("mc_0shot", 100, 8192), buckets)
     points = sum(b.bucket.rows * b.bucket.points for b in plan.batches)
     assert points * 2 <= plan.computed_tokens and plan.efficiency >= 0.9
 

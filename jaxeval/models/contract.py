@@ -1,0 +1,80 @@
+"""The model contract of the kernels: what `kernels/score.py`, `kernels/generate.py` and
+`kernels/decode_step.py` call on a model, and nothing more.
+
+`jaxeval.models.ModelSpec` (our decoders) implements it; so does any object handed to the kernels
+in its place (an in-memory model from a training loop, `jaxeval.inmemory`). The object is a static
+argument of `jax.jit`, so it must be hashable and compare equal when it describes the same
+computation: two equal objects share compiled executables. Parameters are never part of it; they
+are the kernels' first argument (any pytree of arrays).
+
+    class MyModel:                      # a frozen dataclass, typically
+        model_type = "mine"; vocab_size = 32000
+        def hidden(self, params, tokens, positions, segment, parent): ...   # [B, T, D]
+        ...
+    isinstance(MyModel(), DecoderModel)  -> True (method names only; the shapes are the contract)
+
+Dimension names: `jaxeval.shapes`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+
+from jaxeval.shapes import Bool, Float, Int
+
+
+@runtime_checkable
+class DecoderModel(Protocol):
+    """A causal decoder as the kernels see it (static, hashable; parameters passed separately)."""
+
+    model_type: str  # reported in results (`model_info`) and keyed in the response cache
+    vocab_size: int  # the embedding table's rows: every token id must be below it
+
+    def hidden(
+        self,
+        params: Any,
+        tokens: Int["B T"],
+        positions: Int["B T"],
+        segment: Int["B T"],
+        parent: Int["B T"],
+    ) -> Float["B T D"]:
+        """Packed rows -> final-normed hidden states. Query i sees key j iff segment[j] != 0,
+        j <= i and (segment[j] == segment[i] or segment[j] == parent[i]); positions restart per
+        request and continue from the parent in a child segment (`jaxeval.models.attention`)."""
+        ...
+
+    def head_weight(self, params: Any) -> Float["V D"]:
+        """The LM head's weight (the embedding table when tied); logits = h @ weight.T."""
+        ...
+
+    def finalize_logits(self, logits: jax.Array) -> jax.Array:
+        """What follows the head's matmul (soft-capping, scaling); the identity for most models."""
+        ...
+
+    def head(self, params: Any, h: Float["... D"]) -> Float["... V"]:
+        """Hidden states -> final logits (`finalize_logits(h @ head_weight(params).T)`)."""
+        ...
+
+    def init_cache(self, batch: int, length: int, dtype: Any = None) -> Any:
+        """An empty KV cache of `length` slots for `batch` rows (a pytree with `k`, `v`, `valid`,
+        `positions`, rows on axis 1 of k/v and axis 0 of the others: `jaxeval.models.KVCache`)."""
+        ...
+
+    def forward_cached(
+        self,
+        params: Any,
+        cache: Any,
+        tokens: Int["B T"],
+        positions: Int["B T"],
+        valid: Bool["B T"],
+        index: Int[""],
+    ) -> tuple[Float["B T D"], Any]:
+        """Writes T tokens at cache slots [index, index + T) and returns their hidden states;
+        query t sees slot j iff valid[j] and j <= index + t."""
+        ...
+
+    def param_count(self, params: Any = None) -> int:
+        """Parameters in `params` (reported in results)."""
+        ...
