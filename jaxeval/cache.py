@@ -13,7 +13,7 @@ The fingerprint names what produced an answer: the model's `fingerprint()` (JaxL
 tokenizer files' identity, dtype, max_length, tokenizer), else its class. Rows of another
 fingerprint are never served; a file holding them gets a warning. Sampled generations are never
 stored. Values are JSON (not pickles), so a cache file is safe to share. Multi-host: only process
-0 opens the file (`jaxeval.distributed.response_cache`).
+0 opens the file (`response_cache`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ import json
 import logging
 import os
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
+from jaxeval import distributed
 from jaxeval.api.instance import Instance
 from jaxeval.errors import JaxevalError
 
@@ -234,3 +236,92 @@ class CachingLM:
 def out_missing(out: list[Any], known: dict[int, Any]) -> list[int]:
     """Positions without a stored answer, in order."""
     return [i for i in range(len(out)) if i not in known]
+
+
+_METHODS = ("loglikelihood", "loglikelihood_rolling", "generate_until")
+
+
+# ---- --use_cache with several processes ---------------------------------------------------------
+def response_cache(lm: Any, path: str) -> Any:
+    """`--use_cache` wrapper: process 0 owns the sqlite file; the others run what it runs.
+
+    Cache hits differ between processes unless they share the file, and every process must run the
+    same requests, so process 0 decides: it broadcasts the positions of the requests it sends to the
+    model, and the other processes send exactly those. Only process 0 opens (and writes) the file;
+    the others' answers are placeholders (their results are discarded).
+    """
+    if (
+        distributed.process_count() == 1
+    ):  # alone: a resumed call replans everything and skips stored batches
+        return CachingLM(lm, path, full_plan=True)
+    if distributed.is_main_process():
+        return _CacheLeader(lm, path)
+    return _CacheFollower(lm)
+
+
+def subsequence_positions(subset: Sequence[Any], full: Sequence[Any]) -> list[int]:
+    """Positions in `full` of the objects of `subset`, matched by identity, in order.
+
+    full = [a, a, b, c], subset = [a, a, c] -> [0, 1, 3]
+    """
+    out, j = [], 0
+    for item in subset:
+        while j < len(full) and full[j] is not item:
+            j += 1
+        if j == len(full):
+            raise AssertionError("the cache sent the model a request that was not asked for")
+        out.append(j)
+        j += 1
+    return out
+
+
+class _Intercept:
+    """Passes every attribute through to `lm`, except the three request methods, which go to
+    `self.call(name, requests)`."""
+
+    def __init__(self, lm: Any):
+        self.lm = lm
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in _METHODS:
+            return getattr(self.lm, name)
+        return lambda requests: self.call(name, requests)
+
+    def call(self, name: str, requests: list[Any]) -> list[Any]:
+        raise NotImplementedError
+
+
+class _Tap(_Intercept):
+    """Between CachingLM and the model on process 0: announces which requests really run."""
+
+    def __init__(self, lm: Any):
+        super().__init__(lm)
+        self.full: Sequence[Any] = ()
+        self.sent = False
+
+    def call(self, name: str, requests: list[Any]) -> list[Any]:
+        distributed.broadcast_json(subsequence_positions(requests, self.full))
+        self.sent = True
+        return getattr(self.lm, name)(requests)
+
+
+class _CacheLeader(_Intercept):
+    def __init__(self, lm: Any, path: str):
+        super().__init__(lm)
+        self._tap = _Tap(lm)
+        self._cache = CachingLM(self._tap, path)
+
+    def call(self, name: str, requests: list[Any]) -> list[Any]:
+        self._tap.full, self._tap.sent = list(requests), False
+        out = getattr(self._cache, name)(requests)
+        if not self._tap.sent:  # every request was a hit: tell the others to run nothing
+            distributed.broadcast_json([])
+        return out
+
+
+class _CacheFollower(_Intercept):
+    def call(self, name: str, requests: list[Any]) -> list[Any]:
+        todo = distributed.broadcast_json()
+        if todo:
+            getattr(self.lm, name)([requests[i] for i in todo])
+        return [None] * len(requests)

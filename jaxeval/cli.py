@@ -220,6 +220,7 @@ def _parse_samples(text: str | None) -> dict[str, list[int]] | None:
 
 
 def cmd_run(argv: list[str]) -> int:
+    # start-up: each subcommand loads only what it runs (`jaxeval --help` needs none of these)
     from jaxeval import distributed
     from jaxeval.api.task_manager import TaskManager
     from jaxeval.evaluator import simple_evaluate
@@ -352,6 +353,7 @@ def _validate(tm: Any, task_list: list[str]) -> None:
 
 
 def cmd_ls(argv: list[str]) -> int:
+    # start-up: the task engine loads only for the subcommands that use it
     from jaxeval.api.task_manager import Kind, TaskManager
 
     p = argparse.ArgumentParser(prog="jaxeval ls")
@@ -371,6 +373,7 @@ def cmd_ls(argv: list[str]) -> int:
 
 
 def cmd_validate(argv: list[str]) -> int:
+    # start-up: the task engine loads only for the subcommands that use it
     from jaxeval.api.task_manager import TaskManager
 
     p = argparse.ArgumentParser(prog="jaxeval validate")
@@ -383,7 +386,7 @@ def cmd_validate(argv: list[str]) -> int:
 
 
 def cmd_demo(argv: list[str]) -> int:
-    from jaxeval.demo import main as demo_main
+    from jaxeval.demo import main as demo_main  # start-up: the demo loads only when asked for
 
     return demo_main(argv)
 

@@ -6,7 +6,7 @@
 
 Where the cache lives, first match wins: the `setting` argument (`jaxeval run --compilation_cache`,
 `JaxLM(compilation_cache=...)`), the environment variable `JAXEVAL_COMPILATION_CACHE`, a directory
-already set in JAX's own config (`JAX_COMPILATION_CACHE_DIR`), then `$XDG_CACHE_HOME/jaxeval/xla`
+already set in JAX's own config (`JAX_COMPILATION_CACHE_DIR`), then `jaxeval.paths.cache_dir("xla")`
 (`~/.cache/jaxeval/xla`). `off`, `0`, `false`, `none` or an empty string switch it off.
 
 A second run of the same model and shapes then loads every executable from disk. `CompileCounter`
@@ -22,6 +22,8 @@ import threading
 import jax
 from jax.experimental.compilation_cache import compilation_cache as _cc
 
+from jaxeval.paths import cache_dir
+
 ENV_VAR = "JAXEVAL_COMPILATION_CACHE"
 OFF = frozenset({"", "0", "off", "false", "none", "no"})
 
@@ -30,9 +32,8 @@ _HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 
 def default_dir() -> str:
-    """The per-user cache directory: `$XDG_CACHE_HOME/jaxeval/xla` or `~/.cache/jaxeval/xla`."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "jaxeval", "xla")
+    """The per-user cache directory: `<jaxeval.paths.cache_home()>/xla` (`~/.cache/jaxeval/xla`)."""
+    return str(cache_dir("xla"))
 
 
 def resolve(setting: str | None = None) -> str | None:

@@ -18,6 +18,12 @@ import os
 import time
 from importlib import resources
 
+import jaxeval
+from jaxeval.errors import JaxevalError
+from jaxeval.fetch import cache_root, fetch_smollm2
+from jaxeval.output import make_table, save_results
+from jaxeval.tiny import train_tokenizer, write_tiny_llama
+
 # Score of a model that guesses, per demo task and metric, for the comparison table.
 CHANCE = {
     "demo_arc_easy": "0.25 (4 choices)",
@@ -41,8 +47,6 @@ def _demo_texts() -> list[str]:
 
 def build_demo_model(out_dir: str, *, seed: int = 0) -> str:
     """Writes tokenizer + config + random weights into `out_dir` (idempotent); returns it."""
-    from jaxeval.tiny import train_tokenizer, write_tiny_llama
-
     if os.path.exists(os.path.join(out_dir, "model.safetensors")):
         return out_dir
     train_tokenizer(_demo_texts(), out_dir, style="llama", vocab_size=512)
@@ -78,9 +82,6 @@ def comparison_table(results: dict, expected: dict[str, dict[str, float]]) -> st
 
 def _model(args: argparse.Namespace) -> tuple[str, str, bool]:
     """(model_args, description, real): the cached/fetched SmolLM2, or the tiny random fallback."""
-    from jaxeval.errors import JaxevalError
-    from jaxeval.fetch import fetch_smollm2
-
     if not args.tiny:
         try:
             path = fetch_smollm2()
@@ -105,9 +106,6 @@ def _model(args: argparse.Namespace) -> tuple[str, str, bool]:
 
 def run_demo(args: argparse.Namespace, *, log_samples: bool = False) -> tuple[dict, str, bool]:
     """Evaluates the demo tasks: (results, the text to print, whether the real model ran)."""
-    import jaxeval
-    from jaxeval.output import make_table
-
     start = time.time()
     model_args, description, real = _model(args)
     results = jaxeval.simple_evaluate(
@@ -133,8 +131,6 @@ def run_demo(args: argparse.Namespace, *, log_samples: bool = False) -> tuple[di
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from jaxeval.fetch import cache_root
-
     p = argparse.ArgumentParser(prog="jaxeval demo", description=__doc__.splitlines()[0])
     p.add_argument(
         "--model_dir",
@@ -150,8 +146,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jaxeval.output import save_results
-
     args = parse_args(argv)
     start = time.time()
     results, text, _ = run_demo(args, log_samples=bool(args.output_path))

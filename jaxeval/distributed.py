@@ -45,7 +45,6 @@ ENV_COORDINATOR = "JAXEVAL_COORDINATOR"
 ENV_NUM_PROCESSES = "JAXEVAL_NUM_PROCESSES"
 ENV_PROCESS_ID = "JAXEVAL_PROCESS_ID"
 ENV_LOCAL_DEVICE_IDS = "JAXEVAL_LOCAL_DEVICE_IDS"
-_METHODS = ("loglikelihood", "loglikelihood_rolling", "generate_until")
 
 
 def requested_by_env() -> bool:
@@ -202,105 +201,12 @@ def check_same(what: str, digest: bytes) -> None:
     from jax.experimental import multihost_utils
 
     mine = np.frombuffer(digest, np.uint8)
-    everyone = np.asarray(multihost_utils.process_allgather(mine))  # [P, 32]
+    everyone = np.asarray(
+        multihost_utils.process_allgather(mine)
+    )  # one row of 32 bytes per process
     differs = [p for p in range(everyone.shape[0]) if not np.array_equal(everyone[p], everyone[0])]
     if differs:
         raise JaxevalError(
             f"the {what} built on process(es) {differs} differs from process 0's",
             hint="every process must see the same tasks, data, tokenizer and arguments",
         )
-
-
-# ---- --use_cache with several processes ---------------------------------------------------------
-def response_cache(lm: Any, path: str) -> Any:
-    """`--use_cache` wrapper: process 0 owns the sqlite file; the others run what it runs.
-
-    Cache hits differ between processes unless they share the file, and every process must run the
-    same requests, so process 0 decides: it broadcasts the positions of the requests it sends to the
-    model, and the other processes send exactly those. Only process 0 opens (and writes) the file;
-    the others' answers are placeholders (their results are discarded).
-    """
-    from jaxeval.cache import CachingLM
-
-    if process_count() == 1:  # alone: a resumed call replans everything and skips stored batches
-        return CachingLM(lm, path, full_plan=True)
-    if is_main_process():
-        return _CacheLeader(lm, path)
-    return _CacheFollower(lm)
-
-
-def subsequence_positions(subset: Sequence[Any], full: Sequence[Any]) -> list[int]:
-    """Positions in `full` of the objects of `subset`, matched by identity, in order.
-
-    full = [a, a, b, c], subset = [a, a, c] -> [0, 1, 3]
-    """
-    out, j = [], 0
-    for item in subset:
-        while j < len(full) and full[j] is not item:
-            j += 1
-        if j == len(full):
-            raise AssertionError("the cache sent the model a request that was not asked for")
-        out.append(j)
-        j += 1
-    return out
-
-
-class _Tap:
-    """Between CachingLM and the model on process 0: announces which requests really run."""
-
-    def __init__(self, lm: Any):
-        self.lm = lm
-        self.full: Sequence[Any] = ()
-        self.sent = False
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.lm, name)
-        if name not in _METHODS:
-            return attr
-
-        def call(requests: list[Any]) -> list[Any]:
-            broadcast_json(subsequence_positions(requests, self.full))
-            self.sent = True
-            return attr(requests)
-
-        return call
-
-
-class _CacheLeader:
-    def __init__(self, lm: Any, path: str):
-        from jaxeval.cache import CachingLM
-
-        self.lm = lm
-        self._tap = _Tap(lm)
-        self._cache = CachingLM(self._tap, path)
-
-    def __getattr__(self, name: str) -> Any:
-        if name not in _METHODS:
-            return getattr(self.lm, name)
-
-        def call(requests: list[Any]) -> list[Any]:
-            self._tap.full, self._tap.sent = list(requests), False
-            out = getattr(self._cache, name)(requests)
-            if not self._tap.sent:  # every request was a hit: tell the others to run nothing
-                broadcast_json([])
-            return out
-
-        return call
-
-
-class _CacheFollower:
-    def __init__(self, lm: Any):
-        self.lm = lm
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.lm, name)
-        if name not in _METHODS:
-            return attr
-
-        def call(requests: list[Any]) -> list[Any]:
-            todo = broadcast_json()
-            if todo:
-                attr([requests[i] for i in todo])
-            return [None] * len(requests)
-
-        return call

@@ -9,7 +9,7 @@ Requests of one type from all tasks go to the model in one call (the model packs
 
 Two questions are kept apart: which documents this evaluator builds (`lm.rank` / `lm.world_size`,
 lm-eval's data-parallel striding; JaxLM is one logical evaluator over all processes, so 0 / 1) and
-who reports (`is_main_process(lm)`: process 0 of a multi-process JaxLM, else `rank == 0`). Only
+who reports (`reports_results(lm)`: process 0 of a multi-process JaxLM, else `rank == 0`). Only
 the main process writes caches and gets results; the others return None, as lm-eval's other ranks do.
 """
 
@@ -19,50 +19,25 @@ import collections
 import hashlib
 import json
 import logging
-import math
 import random
 import time
 from typing import Any
 
 import numpy as np
 
-from jaxeval import preflight
+from jaxeval import distributed, preflight
+from jaxeval.api import request_cache
 from jaxeval.api.instance import REQUEST_TYPES, Instance
 from jaxeval.api.task_manager import LoadedTasks, TaskManager
+from jaxeval.cache import ResponseStore, response_cache
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.args import parse_model_args
 from jaxeval.lm.base import LM, MODELS
 from jaxeval.output import handle_non_serializable
 from jaxeval.results import TaskAccumulator, build_results
+from jaxeval.run_info import environment_info, tokenizer_info
 
 log = logging.getLogger(__name__)
-
-
-def sample_size(num_docs: int, limit: int | float | None, task: str) -> int | None:
-    """lm-eval's `get_sample_size`, with out-of-range limits rejected instead of ignored."""
-    if limit is None:
-        return None
-    if (
-        isinstance(limit, bool)
-        or not isinstance(limit, (int, float))
-        or limit <= 0
-        or math.isnan(limit)
-    ):
-        raise JaxevalError(
-            f"--limit {limit!r} is out of range",
-            task=task,
-            field="limit",
-            hint="give a positive integer (documents) or a fraction in (0, 1)",
-        )
-    if limit < 1.0:
-        return int(math.ceil(num_docs * limit))
-    if float(limit) != int(limit):
-        raise JaxevalError(
-            f"--limit {limit!r} is neither a whole number nor a fraction below 1",
-            task=task,
-            field="limit",
-        )
-    return int(limit)
 
 
 def _hash(text: str) -> str:
@@ -75,7 +50,7 @@ def _cache_mode(cache_requests: bool | str, rewrite: bool) -> str | None:
     return "refresh" if rewrite or cache_requests == "refresh" else "true"
 
 
-def is_main_process(lm: Any) -> bool:
+def reports_results(lm: Any) -> bool:
     """Whether `lm` reports results and writes files: its `is_main_process`, else `rank == 0`."""
     main = getattr(lm, "is_main_process", None)
     return bool(main) if main is not None else lm.rank == 0
@@ -135,12 +110,12 @@ def evaluate(
             raise JaxevalError(
                 f"--samples names tasks that are not being run: {unknown}", field="samples"
             )
-    main = is_main_process(lm)
+    main = reports_results(lm)
     limits: dict[str, int | None] = {}
     all_instances: list[Instance] = []
     chat = getattr(lm, "apply_chat_template", None) if apply_chat_template else None
     for name, task in tasks.items():
-        limits[name] = sample_size(len(task.eval_docs), limit, name)
+        limits[name] = preflight.sample_size(len(task.eval_docs), limit, name)
         task.build_all_requests(
             limit=limits[name],
             samples=(samples or {}).get(name),
@@ -208,6 +183,7 @@ def evaluate(
                     acc.samples.append(record)
                 for metric, value in metrics.items():
                     acc.raw_metrics.setdefault((metric, flt), []).append(value)
+                acc.derived.update(getattr(metrics, "derived", {}))
     if lm.rank != 0:
         return None
     return build_results(accs, groups, bootstrap_iters, log_samples=log_samples)
@@ -216,10 +192,8 @@ def evaluate(
 def _reports(model: Any) -> bool:
     """Whether this process will report (and own the response cache), before the model exists."""
     if isinstance(model, str):
-        from jaxeval import distributed
-
         return distributed.is_main_process()
-    return is_main_process(model)
+    return reports_results(model)
 
 
 def _make_lm(model: Any, model_args: Any, batch_size: Any, max_batch_size: Any, device: Any) -> LM:
@@ -300,9 +274,7 @@ def simple_evaluate(
                 generation_kwargs={**(task.config.generation_kwargs or {}), **gen_kwargs}
             )
         if predict_only:
-            from jaxeval.api import scoring
-
-            scoring.override_metric(task, "bypass")
+            task.override_metric("bypass")
         if num_fewshot is not None:
             if task.config.num_fewshot == 0:
                 log.info("num_fewshot is pinned to 0 for %s; ignoring --num_fewshot", task.name)
@@ -318,17 +290,11 @@ def simple_evaluate(
     )
     store = None
     if use_cache is not None and _reports(model):
-        from jaxeval.cache import ResponseStore
-
         store = ResponseStore(f"{use_cache}_rank{0 if isinstance(model, str) else model.rank}.db")
     lm = _make_lm(model, model_args, batch_size, max_batch_size, device)
-    if delete_requests_cache and is_main_process(lm):
-        from jaxeval.api import request_cache
-
+    if delete_requests_cache and reports_results(lm):
         request_cache.delete_all()
     if use_cache is not None:
-        from jaxeval.distributed import response_cache
-
         lm = response_cache(lm, store or f"{use_cache}_rank{lm.rank}.db")
     results = evaluate(
         lm,
@@ -370,7 +336,6 @@ def simple_evaluate(
         lm, "cache_stats"
     ):  # answers served from the file / computed
         results["config"]["response_cache"] = lm.cache_stats()
-    from jaxeval.run_info import environment_info, tokenizer_info
 
     env = environment_info()
     results["git_hash"] = env.pop("git_hash")

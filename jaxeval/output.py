@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxeval.lm.args import parse_model_args
+
 HIGHER_IS_BETTER_SYMBOLS = {True: "↑", False: "↓"}
 _MODEL_NAME_KEYS = ("peft", "delta", "pretrained", "model", "path", "engine")
 
@@ -49,8 +51,6 @@ def _sha(text: str | None) -> str | None:
 
 
 def model_name(model_args: Any) -> str:
-    from jaxeval.lm.args import parse_model_args
-
     args = parse_model_args(model_args) if not isinstance(model_args, dict) else model_args
     for key in _MODEL_NAME_KEYS:
         if args.get(key):

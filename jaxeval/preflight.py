@@ -14,12 +14,16 @@ Each failure is a `JaxevalError` (one paragraph, exit code 2), and no results fi
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from jaxeval.api.task_manager import builtin_task_dir
+from jaxeval.api.yaml_loader import load_yaml
 from jaxeval.errors import JaxevalError
+from jaxeval.lm.gen_kwargs import normalize
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -85,8 +89,6 @@ def check_output_path(output_path: str | None) -> None:
 
 def check_generation_kwargs(tasks: dict[str, Any]) -> None:
     """Every generate_until task's kwargs (YAML merged with --gen_kwargs) pass `normalize`."""
-    from jaxeval.lm.gen_kwargs import normalize
-
     for name, task in tasks.items():
         cfg = task.config
         if cfg.output_type != "generate_until":
@@ -104,6 +106,33 @@ def check_generation_kwargs(tasks: dict[str, Any]) -> None:
             ) from None
 
 
+def sample_size(num_docs: int, limit: int | float | None, task: str) -> int | None:
+    """lm-eval's `get_sample_size`, with out-of-range limits rejected instead of ignored."""
+    if limit is None:
+        return None
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, (int, float))
+        or limit <= 0
+        or math.isnan(limit)
+    ):
+        raise JaxevalError(
+            f"--limit {limit!r} is out of range",
+            task=task,
+            field="limit",
+            hint="give a positive integer (documents) or a fraction in (0, 1)",
+        )
+    if limit < 1.0:
+        return int(math.ceil(num_docs * limit))
+    if float(limit) != int(limit):
+        raise JaxevalError(
+            f"--limit {limit!r} is neither a whole number nor a fraction below 1",
+            task=task,
+            field="limit",
+        )
+    return int(limit)
+
+
 def check_tasks(
     tasks: dict[str, Any], *, limit: Any, samples: dict | None, fewshot_seed: int | None
 ) -> None:
@@ -112,8 +141,6 @@ def check_tasks(
     The first document's context is rendered with the task's own sampler, which is then re-seeded
     with `fewshot_seed`, so the run draws exactly the examples it would have drawn without this.
     """
-    from jaxeval.evaluator import sample_size
-
     for name, task in tasks.items():
         docs = getattr(task, "eval_docs", None)
         if docs is None:
@@ -143,9 +170,6 @@ def check_tasks(
 def explain_unknown_task(error: JaxevalError, task_manager: Any) -> JaxevalError:
     """An unknown-task error, plus the YAML files under --include_path that could not be read
     (the index skips them, so their task names were never seen)."""
-    from jaxeval.api.task_manager import builtin_task_dir
-    from jaxeval.api.yaml_loader import load_yaml
-
     skip = {builtin_task_dir(), getattr(task_manager, "catalogue_dir", None)}
     broken = []
     for root in getattr(task_manager, "paths", []):

@@ -13,27 +13,43 @@ import logging
 from typing import Any
 
 from jaxeval.api.group import Group
+from jaxeval.api.scoring import MetricTable
 from jaxeval.api.task import Task
+from jaxeval.metrics import AGGREGATIONS, stderr_for_aggregation
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
 class TaskAccumulator:
+    """One task's per-document metric values (`raw_metrics[(metric, filter)]`), logged samples, and
+    the sub-metrics its dict-valued metrics produced (`derived`: sub-metric -> parent metric)."""
+
     task: Task
     raw_metrics: dict[tuple[str, str], list[Any]] = dataclasses.field(default_factory=dict)
     samples: list[dict] = dataclasses.field(default_factory=list)
+    derived: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def metric_table(self) -> MetricTable:
+        """The task's aggregations and directions, its sub-metrics included (functions left out:
+        an lm-eval `class:` task exposes only these two)."""
+        table = MetricTable(
+            fns={},
+            kwargs={},
+            aggregations=self.task.aggregations,
+            higher_is_better=self.task.higher_is_better,
+        )
+        return table.with_derived(self.derived)
 
 
 def task_aggregates(
     acc: TaskAccumulator, bootstrap_iters: int | None
 ) -> tuple[dict[str, Any], int]:
-    from jaxeval.metrics import AGGREGATIONS, stderr_for_aggregation
-
     out: dict[str, Any] = {}
     sample_len = 0
+    aggregations = acc.metric_table().aggregations
     for (metric, flt), items in acc.raw_metrics.items():
-        agg_fn = acc.task.aggregations.get(metric)
+        agg_fn = aggregations.get(metric)
         if agg_fn is None:
             log.warning("[%s] no aggregation for metric %s; using mean", acc.task.name, metric)
             agg_fn = AGGREGATIONS.get("mean")
@@ -89,7 +105,7 @@ def build_results(
         configs[name] = cfg
         versions[name] = acc.task.version
         n_shot[name] = cfg.get("num_fewshot", 0)
-        hib[name] = dict(acc.task.higher_is_better)
+        hib[name] = dict(acc.metric_table().higher_is_better)
         samples[name] = acc.samples
         n_samples[name] = {"original": len(acc.task.eval_docs), "effective": sample_len}
     for group in _groups_bottom_up(groups):

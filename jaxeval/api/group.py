@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from jaxeval.api.config import AggMetricConfig, GroupConfig
+from jaxeval.metrics import aggregate_subtask_metrics, pooled_sample_stderr
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,6 @@ class Group:
         return sorted(found)
 
     def aggregate(self, task_metrics: dict[str, dict]) -> dict[str, Any]:
-        from jaxeval.metrics import aggregate_subtask_metrics, pooled_sample_stderr
-
         out: dict[str, Any] = {"alias": self.alias or self.name, "name": self.name}
         if not self.aggregate_metric_list:
             return out

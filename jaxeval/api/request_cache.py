@@ -18,13 +18,13 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from jaxeval.paths import cache_dir
+
 MODES = ("true", "refresh", "delete")
 
 
-def cache_dir() -> Path:
-    return Path(
-        os.environ.get("JAXEVAL_CACHE_PATH", Path.home() / ".cache" / "jaxeval" / "requests")
-    )
+def requests_cache_dir() -> Path:
+    return cache_dir("requests", env="JAXEVAL_CACHE_PATH")
 
 
 def cache_key(
@@ -59,14 +59,14 @@ def cache_key(
 
 
 def delete_all() -> None:
-    folder = cache_dir()
+    folder = requests_cache_dir()
     if folder.is_dir():
         for path in folder.glob("requests-*.pickle"):
             path.unlink()
 
 
 def load(key: str) -> list | None:
-    path = cache_dir() / key
+    path = requests_cache_dir() / key
     if not path.is_file():
         return None
     with path.open("rb") as fh:
@@ -74,7 +74,7 @@ def load(key: str) -> list | None:
 
 
 def save(key: str, per_doc_instances: list) -> None:
-    folder = cache_dir()
+    folder = requests_cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{key}.tmp"
     with tmp.open("wb") as fh:

@@ -4,19 +4,28 @@ Output types dispatch through `OUTPUT_SCORERS` (a table, not an if/elif ladder):
 
     multiple_choice, results [(-4.1, False), (-2.0, False), (-3.3, False)], gold 1, choices ["a","bb","c"]
     -> {"acc": 1.0, "acc_norm": 1.0}   (acc_norm divides by each choice's length in characters)
+
+Scoring only returns values: it reads the task (targets, choices, its `MetricTable`) and never writes
+to it. A metric that returns a dict (`{"rouge1": .., "rouge2": ..}`) yields sub-metrics; the
+`MetricValues` returned name each one's parent metric in `.derived`, and the results side gives them
+the parent's aggregation and direction (`MetricTable.with_derived`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from jaxeval.api.config import TaskConfig
 from jaxeval.errors import JaxevalError
+from jaxeval.filters import build_filter_ensemble
+from jaxeval.metrics import AGGREGATIONS, DEFAULT_METRICS, METRICS
+from jaxeval.metrics.hf_evaluate import HF_EVALUATE, missing_message
 
 if TYPE_CHECKING:
     from jaxeval.api.task import Task
@@ -25,11 +34,48 @@ log = logging.getLogger(__name__)
 _NOT_METRIC_KWARGS = ("metric", "aggregation", "higher_is_better", "hf_evaluate")
 
 
-def resolve_metrics(config: TaskConfig) -> tuple[dict, dict, dict, dict]:
-    """(metric fns, metric kwargs, aggregation fns, higher_is_better) keyed by metric name."""
-    from jaxeval.metrics import AGGREGATIONS, DEFAULT_METRICS, METRICS
-    from jaxeval.metrics.hf_evaluate import HF_EVALUATE, missing_message
+@dataclasses.dataclass(frozen=True)
+class MetricTable:
+    """A task's metrics by name: function, keyword arguments, aggregation and direction."""
 
+    fns: Mapping[str, Callable | None]
+    kwargs: Mapping[str, dict]
+    aggregations: Mapping[str, Callable | None]
+    higher_is_better: Mapping[str, bool | None]
+
+    def with_derived(self, derived: Mapping[str, str]) -> MetricTable:
+        """The table plus sub-metrics `{sub: parent}`, each with its parent's aggregation and
+        direction (a name the table already has keeps its own)."""
+        aggs, hib = dict(self.aggregations), dict(self.higher_is_better)
+        for sub, parent in derived.items():
+            aggs.setdefault(sub, self.aggregations.get(parent))
+            hib.setdefault(sub, self.higher_is_better.get(parent))
+        return dataclasses.replace(self, aggregations=aggs, higher_is_better=hib)
+
+
+class MetricValues(dict):
+    """One document's metric values; `derived` maps each sub-metric (a key of a dict-valued
+    metric's result) to the metric that produced it."""
+
+    def __init__(self, *args: Any, derived: Mapping[str, str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.derived: dict[str, str] = dict(derived or {})
+
+
+def single_metric_table(metric_name: str) -> MetricTable:
+    """`--predict_only`: one registered metric in place of a task's own (lm-eval's
+    `override_metric`)."""
+    m = METRICS.get(metric_name)
+    return MetricTable(
+        fns={metric_name: m.fn},
+        kwargs={metric_name: {}},
+        aggregations={metric_name: AGGREGATIONS.get(m.aggregation)},
+        higher_is_better={metric_name: m.higher_is_better},
+    )
+
+
+def resolve_metrics(config: TaskConfig) -> MetricTable:
+    """The task's `MetricTable` from its `metric_list` (or the output type's default metrics)."""
     fns: dict[str, Callable | None] = {}
     kwargs: dict[str, dict] = {}
     aggs: dict[str, Callable] = {}
@@ -46,7 +92,7 @@ def resolve_metrics(config: TaskConfig) -> tuple[dict, dict, dict, dict]:
             m = lookup(name)
             fns[name], kwargs[name] = m.fn, {}
             aggs[name], hib[name] = AGGREGATIONS.get(m.aggregation), m.higher_is_better
-        return fns, kwargs, aggs, hib
+        return MetricTable(fns, kwargs, aggs, hib)
     for entry in config.metric_list:
         name = entry["metric"]
         extra = {k: v for k, v in entry.items() if k not in _NOT_METRIC_KWARGS}
@@ -92,12 +138,10 @@ def resolve_metrics(config: TaskConfig) -> tuple[dict, dict, dict, dict]:
             hib[name] = registered.higher_is_better
         else:
             hib[name] = True
-    return fns, kwargs, aggs, hib
+    return MetricTable(fns, kwargs, aggs, hib)
 
 
 def resolve_filters(config: TaskConfig) -> list:
-    from jaxeval.filters import build_filter_ensemble
-
     if config.filter_list is None:
         return [build_filter_ensemble("none", [("take_first", {})])]
     out = []
@@ -200,7 +244,7 @@ def score_multiple_choice(task: Task, doc: dict, results: list, doc_index: int |
     return out
 
 
-def score_generation(task: Task, doc: dict, results: list, doc_index: int | None) -> dict:
+def score_generation(task: Task, doc: dict, results: list, doc_index: int | None) -> MetricValues:
     gold = task.doc_to_target(doc, doc_index=doc_index)
     result = results[0]
     if task.config.doc_to_choice is not None:
@@ -211,7 +255,7 @@ def score_generation(task: Task, doc: dict, results: list, doc_index: int | None
         "bypass" in task.metrics or isinstance(result, list)
     ):
         gold = type(result)(gold)
-    out: dict[str, Any] = {}
+    out = MetricValues()
     for metric, fn in task.metrics.items():
         kwargs = task.metric_kwargs[metric]
         if task.multiple_target:
@@ -230,8 +274,7 @@ def score_generation(task: Task, doc: dict, results: list, doc_index: int | None
         if isinstance(value, dict):
             for k, v in value.items():
                 out[k] = v
-                task.aggregations.setdefault(k, task.aggregations.get(metric))
-                task.higher_is_better.setdefault(k, task.higher_is_better.get(metric))
+                out.derived[k] = metric
         else:
             out[metric] = value
     return out
@@ -250,19 +293,3 @@ OUTPUT_SCORERS: dict[str, Callable[..., dict]] = {
     "multiple_choice": score_multiple_choice,
     "generate_until": score_generation,
 }
-
-
-def override_metric(task: Task, metric_name: str) -> None:
-    """`--predict_only`: replace every metric with one (lm-eval's `override_metric`)."""
-    from jaxeval.metrics import AGGREGATIONS, METRICS
-
-    if hasattr(task, "override_metric"):  # an lm-eval `class:` task (LmEvalTask) does its own
-        task.override_metric(metric_name)
-        return
-
-    m = METRICS.get(metric_name)
-    task.metrics = {metric_name: m.fn}
-    task.metric_kwargs = {metric_name: {}}
-    task.aggregations = {metric_name: AGGREGATIONS.get(m.aggregation)}
-    task.higher_is_better = {metric_name: m.higher_is_better}
-    task.set_config(metric_list=[{"metric": metric_name}], process_results="process_results")

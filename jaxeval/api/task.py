@@ -14,10 +14,10 @@ from __future__ import annotations
 import ast
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from jaxeval.api import scoring
+from jaxeval.api import request_cache, scoring
 from jaxeval.api.config import TaskConfig
 from jaxeval.api.data import load_task_dataset
 from jaxeval.api.instance import Instance
@@ -42,9 +42,7 @@ class Task:
         self.config = config
         self.name: str = config.task or "unnamed_task"
         self._data_files = data_files
-        self.metrics, self.metric_kwargs, self.aggregations, self.higher_is_better = (
-            scoring.resolve_metrics(config)
-        )
+        self.metric_table: scoring.MetricTable = scoring.resolve_metrics(config)
         self.filters = scoring.resolve_filters(config)
         self.instances: list[Instance] = []
         self.dataset = self._download()
@@ -443,8 +441,6 @@ class Task:
         tokenizer_name: str = "",
     ) -> None:
         """Builds `self.instances`; with `cache_requests`, reads/writes the request cache (all docs)."""
-        from jaxeval.api import request_cache
-
         key = None
         if cache_requests and not samples:
             key = request_cache.cache_key(
@@ -501,6 +497,28 @@ class Task:
         if callable(self.config.process_results):
             return self.config.process_results(doc, results)
         return scoring.OUTPUT_SCORERS[self.config.output_type](self, doc, results, doc_index)
+
+    # The metric table's columns under lm-eval's names (read-only; `override_metric` swaps the table).
+    @property
+    def metrics(self) -> Mapping[str, Callable | None]:
+        return self.metric_table.fns
+
+    @property
+    def metric_kwargs(self) -> Mapping[str, dict]:
+        return self.metric_table.kwargs
+
+    @property
+    def aggregations(self) -> Mapping[str, Callable | None]:
+        return self.metric_table.aggregations
+
+    @property
+    def higher_is_better(self) -> Mapping[str, bool | None]:
+        return self.metric_table.higher_is_better
+
+    def override_metric(self, metric_name: str) -> None:
+        """`--predict_only`: every metric becomes `metric_name` (lm-eval's `override_metric`)."""
+        self.metric_table = scoring.single_metric_table(metric_name)
+        self.set_config(metric_list=[{"metric": metric_name}], process_results="process_results")
 
     def count_words(self, doc: dict) -> int:
         return scoring.count_words(self.doc_to_target(doc))

@@ -33,6 +33,7 @@ from typing import Any
 
 from jaxeval.api.yaml_loader import load_yaml
 from jaxeval.errors import JaxevalError
+from jaxeval.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +79,8 @@ def kind_of(cfg: dict, path: Path | None) -> Kind:
     )
 
 
-def cache_dir() -> Path:
-    default = (
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jaxeval" / "task_index"
-    )
-    return Path(os.environ.get("JAXEVAL_INDEX_CACHE", default))
+def index_cache_dir() -> Path:
+    return cache_dir("task_index", env="JAXEVAL_INDEX_CACHE")
 
 
 def scan(root: Path) -> tuple[list[Path], str]:
@@ -164,7 +162,7 @@ def index_folder(root: Path, source: str, *, use_cache: bool = True) -> dict[str
     """One folder's entries, from the cache when its key still matches."""
     root = Path(root).resolve()
     files, key = scan(root)
-    cache_file = cache_dir() / f"{hashlib.sha256(str(root).encode()).hexdigest()[:20]}.json"
+    cache_file = index_cache_dir() / f"{hashlib.sha256(str(root).encode()).hexdigest()[:20]}.json"
     if use_cache:
         try:
             data = json.loads(cache_file.read_text(encoding="utf-8"))

@@ -37,6 +37,7 @@ import yaml
 
 from jaxeval.api import compat
 from jaxeval.errors import JaxevalError
+from jaxeval.metrics.hf_evaluate import local_load
 
 TASK_PACKAGES = ("jaxeval.tasks", "lm_eval.tasks")
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -85,8 +86,6 @@ def _local_evaluate_metrics(path: Path) -> Iterator[None]:
         yield
         return
     import evaluate
-
-    from jaxeval.metrics.hf_evaluate import local_load
 
     original = evaluate.load
     if getattr(original, "jaxeval_local", False):

@@ -27,12 +27,14 @@ import inspect
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jaxeval.api.instance import Instance
 from jaxeval.errors import JaxevalError
 from jaxeval.filters import extraction, multi_choice, selection, transformation
 from jaxeval.registry import Registry
+
+if TYPE_CHECKING:  # annotations only: filters sit below the task engine
+    from jaxeval.api.instance import Instance
 
 FilterFn = Callable[..., Any]
 

@@ -103,7 +103,7 @@ def test_hf_evaluate_metric_in_a_catalogue_task(tm):
     from jaxeval.api import scoring
 
     config = tm.task_config("polemo2_in")  # f1 and accuracy with hf_evaluate: true
-    fns = scoring.resolve_metrics(config)[0]
+    fns = scoring.resolve_metrics(config).fns
     assert fns["accuracy"] is HF_EVALUATE.get("accuracy")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxeval import distributed
+from jaxeval import cache, distributed
 from jaxeval.api.instance import Instance
 from jaxeval.errors import JaxevalError
 
@@ -55,10 +55,10 @@ def _as(monkeypatch, *, main: bool, messages: list) -> None:
 
 def test_subsequence_positions_by_identity():
     a, b, c = object(), object(), object()
-    assert distributed.subsequence_positions([a, a, c], [a, a, b, c]) == [0, 1, 3]
-    assert distributed.subsequence_positions([], [a]) == []
+    assert cache.subsequence_positions([a, a, c], [a, a, b, c]) == [0, 1, 3]
+    assert cache.subsequence_positions([], [a]) == []
     with pytest.raises(AssertionError):
-        distributed.subsequence_positions([b, a], [a, b])
+        cache.subsequence_positions([b, a], [a, b])
 
 
 @pytest.mark.parametrize("warm", [(), ("x",), ("x", "zz"), ("x", "zz", "yyy")])
@@ -73,13 +73,13 @@ def test_cache_follower_runs_exactly_the_leaders_misses(tmp_path, monkeypatch, w
 
     _as(monkeypatch, main=True, messages=messages)
     leader_model = CountingLM()
-    leader = distributed.response_cache(leader_model, path)
+    leader = cache.response_cache(leader_model, path)
     answers = leader.loglikelihood(requests)
     assert answers == [(-1.0, True), (-3.0, True), (-2.0, True), (-1.0, True)]
 
     _as(monkeypatch, main=False, messages=messages)
     follower_model = CountingLM()
-    follower = distributed.response_cache(follower_model, str(tmp_path / "never.db"))
+    follower = cache.response_cache(follower_model, str(tmp_path / "never.db"))
     assert follower.loglikelihood(requests) == [None] * 4
     assert messages == []  # every broadcast was received
     assert follower_model.sent == leader_model.sent  # the same model calls (none when all hit)
@@ -112,7 +112,7 @@ def test_fingerprint_sees_dtype_shape_and_values():
 
 
 def test_who_reports():
-    from jaxeval.evaluator import is_main_process
+    from jaxeval.evaluator import reports_results as is_main_process
 
     lm = CountingLM()
     assert is_main_process(lm)  # no is_main_process attribute: rank 0 reports

@@ -1,0 +1,222 @@
+"""The package's shape: no import cycles, lazy imports only for start-up, one home per rule.
+
+The import graph counts every `import` of a jaxeval module, inside functions too (an import moved
+into a function to dodge a cycle is still a cycle), except under `if TYPE_CHECKING:`. Importing
+`jaxeval.a.b` also runs `jaxeval/a/__init__.py`, so it adds an edge to `jaxeval.a` as well (unless
+the importer lives inside `jaxeval.a`). `kernels/` and `tasks/` install as `jaxeval.kernels` and
+`jaxeval.tasks`.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = {"jaxeval": REPO / "jaxeval", "jaxeval.kernels": REPO / "kernels"}
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for prefix, root in PACKAGES.items():
+        for path in sorted(root.rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([prefix, *parts])] = path
+    return out
+
+
+def _imports(name: str, path: pathlib.Path, modules: dict) -> list[tuple[int, str, bool]]:
+    """(line, imported jaxeval module, inside a function) for every import outside TYPE_CHECKING."""
+    tree = ast.parse(path.read_text())
+    parents: dict[ast.AST, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                pkg = pkg[: len(pkg) - node.level + 1]
+                base = ".".join(pkg + ([base] if base else []))
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            ]
+        else:
+            continue
+        in_function = type_checking = False
+        up = node
+        while up in parents:
+            up = parents[up]
+            in_function |= isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef))
+            type_checking |= isinstance(up, ast.If) and "TYPE_CHECKING" in ast.unparse(up.test)
+        if type_checking:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.append((node.lineno, target, in_function))
+    return out
+
+
+def import_graph(modules: dict[str, pathlib.Path]) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        for _, target, _ in _imports(name, path, modules):
+            edges[name].add(target)
+            package = target.rpartition(".")[0]
+            while package in modules:
+                if not (name == package or name.startswith(package + ".")):
+                    edges[name].add(package)
+                package = package.rpartition(".")[0]
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    modules = _modules()
+    assert len(modules) > 80
+    found = cycles(import_graph(modules))
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_imports_inside_functions_say_why():
+    """A jaxeval import inside a function exists only to keep start-up light, and says so: a comment
+    on its line or on the line just above its block of imports."""
+    modules = _modules()
+    bare = []
+    for name, path in modules.items():
+        lines = path.read_text().splitlines()
+        for line, target, in_function in _imports(name, path, modules):
+            if not in_function:
+                continue
+            above = line - 2
+            while above >= 0 and re.match(r"\s*(from|import) ", lines[above]):
+                above -= 1
+            if "#" not in lines[line - 1] and not lines[above].strip().startswith("#"):
+                bare.append(f"{path.relative_to(REPO)}:{line} imports {target}")
+    assert not bare, "\n".join(bare)
+
+
+@pytest.mark.parametrize(
+    "pattern, home",
+    [
+        (r"""\(\s*["']data["'],\s*["']fsdp["']\s*\)""", "jaxeval/mesh.py"),  # the batch axes
+        (r"with_sharding_constraint", "jaxeval/mesh.py"),  # batch constraints inside kernels
+        (r"""["']\.cache["']|["']XDG_CACHE_HOME["']""", "jaxeval/paths.py"),  # the cache root
+    ],
+)
+def test_one_home_per_rule(pattern, home):
+    """The batch sharding rule lives in `jaxeval.mesh` and the cache root in `jaxeval.paths`;
+    everything else imports them."""
+    where = []
+    for path in _modules().values():
+        text = path.read_text()
+        if re.search(pattern, text):
+            where.append(str(path.relative_to(REPO)))
+    assert where == [home]
+
+
+def test_public_names_are_not_reused_across_modules():
+    """A public function or class name means one thing in jaxeval/ and kernels/ (entry points named
+    `main`, and lm-eval's own registry names, excepted)."""
+    allowed = {
+        "main",
+        "bypass",  # lm-eval names a metric and an aggregation alike
+        "f1",
+        "normalize_answer",  # compat.py stands in for transformers' squad_metrics under its names
+    }
+    seen: dict[str, list[str]] = {}
+    for path in _modules().values():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                seen.setdefault(node.name, []).append(str(path.relative_to(REPO)))
+    repeated = {n: p for n, p in seen.items() if len(p) > 1 and n not in allowed}
+    assert not repeated, repeated
+
+
+def test_model_spec_meets_the_kernels_contract():
+    """`ModelSpec` implements `DecoderModel`, the one type the kernels take for `model`."""
+    import importlib
+    import inspect
+
+    import transformers
+
+    from jaxeval.models import spec_from_config
+    from jaxeval.models.contract import DecoderModel
+
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
+    spec = spec_from_config(config)
+    assert isinstance(spec, DecoderModel)
+    hash(spec)
+    for name in ("score", "generate", "decode_step"):
+        fn = getattr(importlib.import_module(f"jaxeval.kernels.{name}"), name)
+        assert inspect.signature(fn).parameters["model"].annotation in (
+            "DecoderModel",
+            DecoderModel,
+        )
