@@ -4,6 +4,8 @@ Public API (lm-eval's signatures):
 
     import jaxeval
     results = jaxeval.simple_evaluate(model="jax", model_args="pretrained=DIR", tasks=["arc_easy"])
+    lm = jaxeval.InMemoryLM(spec, params, tokenizer=tok)   # a model in memory (docs/in_memory.md)
+    results = jaxeval.simple_evaluate(model=lm, tasks=["arc_easy"])
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ __all__ = [
     "JaxevalError",
     "Instance",
     "LM",
+    "InMemoryLM",
+    "FunctionModel",
     "__version__",
 ]
 
@@ -26,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from jaxeval.api.task_manager import TaskManager
     from jaxeval.errors import JaxevalError
     from jaxeval.evaluator import evaluate, simple_evaluate
+    from jaxeval.inmemory import FunctionModel, InMemoryLM
     from jaxeval.lm.base import LM
 
 _LAZY = {
@@ -35,6 +40,8 @@ _LAZY = {
     "JaxevalError": "jaxeval.errors",
     "Instance": "jaxeval.api.instance",
     "LM": "jaxeval.lm.base",
+    "InMemoryLM": "jaxeval.inmemory",
+    "FunctionModel": "jaxeval.inmemory",
 }
 
 

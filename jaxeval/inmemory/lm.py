@@ -104,7 +104,8 @@ class InMemoryLM(JaxLM):
     `FunctionModel` (any function; see its contract). `tokenizer`: a directory or a tokenizer
     object. `max_length`: the context length (default: the spec's max_position_embeddings; a
     FunctionModel must say). `name` / `step`: what the response cache keys answers by.
-    `eos_token_id`: the id(s) generation stops on (default: the tokenizer's EOS). Every other
+    `eos_token_id`: the id(s) generation stops on (default: the tokenizer's EOS). `progress=False`
+    hides the progress bars (evaluations inside a training loop). Every other
     keyword is `JaxLM`'s (`batch_size`, `token_budget`, `gen_batch_size`, `seed`, ...).
     """
 
@@ -120,6 +121,7 @@ class InMemoryLM(JaxLM):
         step: int | None = None,
         eos_token_id: int | list[int] | None = None,
         hf_config: Any = None,
+        progress: bool = True,
         **kwargs: Any,
     ):
         if not isinstance(model, (ModelSpec, FunctionModel)):
@@ -174,6 +176,7 @@ class InMemoryLM(JaxLM):
             )
         self.name = name
         self.step = step
+        self.progress = bool(progress)
         self.generator: Generator | None = None  # built on the first generate_until
         self._nnx_graphdef: Any = None  # set by from_nnx: update_params then takes the module
 
@@ -318,6 +321,12 @@ class InMemoryLM(JaxLM):
         return params
 
     # ---- JaxLM overrides ------------------------------------------------------------------
+    def loglikelihood(self, requests: Any, disable_tqdm: bool = False) -> list:
+        return super().loglikelihood(requests, disable_tqdm or not self.progress)
+
+    def loglikelihood_rolling(self, requests: Any, disable_tqdm: bool = False) -> list:
+        return super().loglikelihood_rolling(requests, disable_tqdm or not self.progress)
+
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> list[str]:
         """lm-eval's generate_until on this object's own `Generator` (compiled once, kept)."""
         if self.generator is None:
@@ -333,7 +342,7 @@ class InMemoryLM(JaxLM):
         return self.generator.generate_until(
             pairs,
             same=same,
-            disable_tqdm=disable_tqdm or not self.is_main_process,
+            disable_tqdm=disable_tqdm or not self.progress or not self.is_main_process,
             on_answers=self.answer_hook,
         )
 
