@@ -5,6 +5,8 @@
     jaxeval --model hf --model_args pretrained=DIR --tasks lambada_openai   (legacy form: `run` implied)
     jaxeval ls tasks | groups | tags | subtasks        jaxeval tasks        jaxeval validate --tasks T
     jaxeval demo                                        (offline: tiny model + bundled task)
+    jaxeval plan --model_args pretrained=DIR --mesh fsdp --devices 8   (memory per device from
+                                     config.json alone: parameters, activations, KV cache)
     jaxeval run --distributed ...   (one per process; also implied by JAXEVAL_COORDINATOR=host:port
                                      with JAXEVAL_NUM_PROCESSES and JAXEVAL_PROCESS_ID): one mesh over
                                      every process's devices; only process 0 writes and prints
@@ -25,7 +27,7 @@ from typing import Any
 from jaxeval.errors import JaxevalError
 
 log = logging.getLogger("jaxeval")
-SUBCOMMANDS = ("run", "ls", "tasks", "validate", "demo")
+SUBCOMMANDS = ("run", "ls", "tasks", "validate", "demo", "plan")
 
 
 def _limit(text: str) -> float:
@@ -279,34 +281,22 @@ def cmd_run(argv: list[str]) -> int:
     if args.check_integrity and main_process:
         _validate(tm, task_list)
     start = time.time()
+    passed = ("model", "model_args", "num_fewshot", "batch_size", "max_batch_size", "device")
+    passed += ("use_cache", "limit", "bootstrap_iters", "write_out", "log_samples")
+    passed += ("system_instruction", "apply_chat_template", "predict_only")
+    passed += ("confirm_run_unsafe_code",)
+    seeds = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed")
     results = simple_evaluate(
-        model=args.model,
-        model_args=args.model_args,
+        **{name: getattr(args, name) for name in passed},
+        **dict(zip(seeds, args.seed)),
         tasks=task_list,
-        num_fewshot=args.num_fewshot,
-        batch_size=args.batch_size,
-        max_batch_size=args.max_batch_size,
-        device=args.device,
-        use_cache=args.use_cache,
         cache_requests=args.cache_requests in ("true", "refresh", "delete"),
         rewrite_requests_cache=args.cache_requests == "refresh",
         delete_requests_cache=args.cache_requests == "delete",
-        limit=args.limit,
         samples=samples,
-        bootstrap_iters=args.bootstrap_iters,
-        write_out=args.write_out,
-        log_samples=args.log_samples,
-        system_instruction=args.system_instruction,
-        apply_chat_template=args.apply_chat_template,
         fewshot_as_multiturn=fewshot_as_multiturn,
         gen_kwargs=gen_kwargs,
         task_manager=tm,
-        predict_only=args.predict_only,
-        random_seed=args.seed[0],
-        numpy_random_seed=args.seed[1],
-        torch_random_seed=args.seed[2],
-        fewshot_random_seed=args.seed[3],
-        confirm_run_unsafe_code=args.confirm_run_unsafe_code,
         metadata=metadata,
     )
     if results is None:  # another process of a multi-process run reports
@@ -391,12 +381,19 @@ def cmd_demo(argv: list[str]) -> int:
     return demo_main(argv)
 
 
+def cmd_plan(argv: list[str]) -> int:
+    from jaxeval.memory_plan import main as plan_main  # start-up: loads only when asked for
+
+    return plan_main(argv)
+
+
 COMMANDS = {
     "run": cmd_run,
     "ls": cmd_ls,
     "tasks": lambda argv: cmd_ls(["tasks", *argv]),
     "validate": cmd_validate,
     "demo": cmd_demo,
+    "plan": cmd_plan,
 }
 
 

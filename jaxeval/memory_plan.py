@@ -1,0 +1,236 @@
+"""`jaxeval plan`: memory per device for a model on a mesh, from config.json alone (no weights read).
+
+    jaxeval plan --model_args pretrained=configs/models/llama-3-8b --mesh fsdp --devices 8
+
+Nothing is guessed from a parameter count; every number is a shape times a dtype, per device:
+
+* **parameters**: `spec.abstract_params(dtype)` (`jax.ShapeDtypeStruct`s) under the PartitionSpecs
+  that `jaxeval.models.param_shardings` (the `LOGICAL_AXIS_RULES` table) gives on an abstract mesh
+  of the requested size (`jax.sharding.AbstractMesh`: no devices needed), each leaf's shard shape
+  = global shape divided by the mesh axes on its dimensions.
+* **scoring activations**: one batch of the token budget (B rows x T tokens, rows split over the
+  batch axes data and fsdp) at its widest point, one layer body: the residual stream [B, T, D]
+  (shape from `jax.eval_shape(spec.hidden, ...)`), q, k, v, the attention scores [B, H, T, J]
+  in float32 (J = T below 512 keys, else the attention block), the MLP's [B, T, F] inputs, and the
+  head's [P, Vc] float32 logits block of the scoring kernel (`kernels.score.fast_vocab_chunk`).
+  Heads and the MLP width divide over `model` when the rule table splits them.
+* **generation KV cache**: `jax.eval_shape(spec.init_cache, rows, max_length)` under
+  `cache_shardings` (rows over the batch axes, KV heads over `model`).
+
+XLA's own buffers, fragmentation and the compiled code are not counted: keep ~10-20 % headroom.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import AbstractMesh, PartitionSpec
+
+from jaxeval.errors import JaxevalError
+from jaxeval.kernels.score import fast_vocab_chunk
+from jaxeval.mesh import MESH_AXES, load_presets
+from jaxeval.models.decoder import attention_block_size
+from jaxeval.models.families import spec_from_config
+from jaxeval.models.sharding import cache_shardings, param_shardings
+
+GIB = 1 << 30
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MemoryPlan:
+    """Bytes per device (the most loaded device) for one model, mesh and set of shapes."""
+
+    model_type: str
+    parameters: int  # parameter count
+    mesh: dict[str, int]
+    dtype: str
+    param_bytes: int  # per device
+    score_rows: int  # B of one scoring batch (all devices)
+    score_length: int  # T
+    activation_bytes: int  # per device, one scoring batch's widest layer
+    gen_rows: int
+    gen_length: int  # KV-cache slots per row (max_length)
+    kv_bytes: int  # per device
+
+    @property
+    def total_bytes(self) -> int:
+        """Parameters plus the larger of the scoring and generation working sets."""
+        return self.param_bytes + max(self.activation_bytes, self.kv_bytes)
+
+    def table(self, device_memory_gib: float | None = None) -> str:
+        def gib(n: int) -> str:
+            return f"{n / GIB:.2f} GiB"
+
+        mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
+        lines = [
+            f"model: {self.model_type}, {self.parameters / 1e9:.2f} B parameters in {self.dtype}",
+            f"mesh: {mesh} ({math.prod(self.mesh.values())} devices)",
+            "per device:",
+            f"  parameters                       {gib(self.param_bytes)}",
+            f"  scoring activations  {self.score_rows} x {self.score_length} tokens"
+            f"{'':>4}{gib(self.activation_bytes)}",
+            f"  generation KV cache  {self.gen_rows} x {self.gen_length} slots"
+            f"{'':>4}{gib(self.kv_bytes)}",
+            f"  total (parameters + larger of the two)   {gib(self.total_bytes)}",
+        ]
+        if device_memory_gib:
+            free = device_memory_gib * GIB - self.total_bytes
+            verdict = "fits" if free >= 0.1 * device_memory_gib * GIB else "does NOT fit"
+            lines.append(
+                f"  device memory {device_memory_gib:g} GiB: {verdict} ({free / GIB:+.2f} GiB left)"
+            )
+        return "\n".join(lines)
+
+
+def abstract_mesh(preset: str, devices: int, **sizes: int) -> AbstractMesh:
+    """An `AbstractMesh` of `devices` devices shaped by a preset of configs/meshes.yaml."""
+    presets = load_presets()
+    if preset not in presets:
+        raise JaxevalError(
+            f"unknown mesh preset {preset!r}", field="mesh", hint=f"use one of {', '.join(presets)}"
+        )
+    chosen = dataclasses.replace(presets[preset], **sizes)
+    shape = chosen.resolve(int(devices))
+    return AbstractMesh(tuple(int(s) for s in shape), MESH_AXES)
+
+
+def shard_bytes(shape: tuple[int, ...], spec: PartitionSpec, mesh: Any, itemsize: int) -> int:
+    """Bytes of one device's shard of an array of `shape` under `spec` (ceil division per dim)."""
+    out = itemsize
+    for i, size in enumerate(shape):
+        axes = spec[i] if i < len(spec) else None
+        axes = () if axes is None else (axes if isinstance(axes, tuple) else (axes,))
+        ways = math.prod(mesh.shape[a] for a in axes)
+        out *= -(-size // ways)
+    return int(out)
+
+
+def read_config(path: str) -> Any:
+    """The transformers config of a directory holding config.json (weights are never opened)."""
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise JaxevalError(
+            "no config.json in the directory",
+            file=path,
+            field="pretrained",
+            hint="give a directory holding the model's config.json (weights are not needed)",
+        )
+    from transformers import AutoConfig  # heavy: imported only when planning
+
+    return AutoConfig.from_pretrained(path)
+
+
+def plan_memory(
+    config: Any,
+    mesh: AbstractMesh,
+    *,
+    dtype: str = "bfloat16",
+    max_length: int | None = None,
+    token_budget: int | None = None,
+    gen_rows: int = 64,
+) -> MemoryPlan:
+    """The per-device memory of `config` on `mesh` (module docstring)."""
+    if dtype not in BYTES:
+        raise JaxevalError(f"unknown dtype {dtype!r}", field="dtype", hint=f"one of {list(BYTES)}")
+    spec = spec_from_config(config, compute_dtype=dtype)
+    item = BYTES[dtype]
+    max_length = int(max_length or spec.max_position_embeddings)
+    batch_axes = tuple(a for a in ("data", "fsdp") if mesh.shape[a] > 1)
+    shards = math.prod(mesh.shape[a] for a in batch_axes)
+    budget = int(token_budget or 4096 * shards)
+
+    # parameters: abstract leaves x the rule table's PartitionSpecs
+    abstract = spec.abstract_params(dtype)
+    shardings = param_shardings(spec, mesh)
+    leaves = jax.tree.leaves(abstract)
+    specs = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
+    param_bytes = sum(shard_bytes(x.shape, s.spec, mesh, item) for x, s in zip(leaves, specs))
+
+    # scoring: one batch of the budget, rows over the batch axes
+    length = min(max_length, budget)
+    rows = max(shards, budget // length // shards * shards)
+    tokens = jax.ShapeDtypeStruct((rows, length), np.int32)
+    x = jax.eval_shape(spec.hidden, abstract, tokens, tokens, tokens, tokens)  # [B, T, D]
+    local_rows = -(-rows // shards)
+    model = mesh.shape["model"]
+    heads = spec.num_heads // model if spec.num_heads % model == 0 else spec.num_heads
+    kv = spec.num_kv_heads // model if spec.num_kv_heads % model == 0 else spec.num_kv_heads
+    width = spec.intermediate_size
+    width = width // model if width % model == 0 else width
+    keys = attention_block_size(length) or length
+    per_row = (
+        x.shape[2] * item * 2  # residual stream and the normed copy [T, D]
+        + (heads + 2 * kv) * spec.head_dim * item  # q, k, v
+        + heads * keys * 4  # scores, float32, per query token: [H, J]
+        + (2 if spec.mlp == "gated" else 1) * width * item  # MLP [T, F] (gate, up)
+    )
+    points = local_rows * length
+    head_block = points * fast_vocab_chunk(points, spec.vocab_size) * 4  # [P, Vc] float32
+    activation_bytes = local_rows * length * per_row + head_block
+
+    # generation: the KV cache of gen_rows x max_length slots
+    cache = jax.eval_shape(lambda: spec.init_cache(gen_rows, max_length, dtype))
+    cache_specs = cache_shardings(spec, mesh, gen_rows, max_length)
+    kv_bytes = sum(
+        shard_bytes(a.shape, s.spec, mesh, np.dtype(a.dtype).itemsize)
+        for a, s in zip(cache, cache_specs)
+    )
+    return MemoryPlan(
+        model_type=spec.model_type,
+        parameters=spec.param_count(),
+        mesh=dict(mesh.shape),
+        dtype=dtype,
+        param_bytes=int(param_bytes),
+        score_rows=rows,
+        score_length=length,
+        activation_bytes=int(activation_bytes),
+        gen_rows=gen_rows,
+        gen_length=max_length,
+        kv_bytes=int(kv_bytes),
+    )
+
+
+def plan_json(plan: MemoryPlan) -> str:
+    return json.dumps({**dataclasses.asdict(plan), "total_bytes": plan.total_bytes}, indent=2)
+
+
+def main(argv: list[str]) -> int:
+    """`jaxeval plan --model_args pretrained=DIR[,dtype=D,max_length=N] [--mesh P] [--devices N]`."""
+    import argparse
+
+    from jaxeval.lm.args import parse_model_args
+
+    p = argparse.ArgumentParser(prog="jaxeval plan", description=__doc__.splitlines()[0])
+    p.add_argument("--model_args", required=True, help="pretrained=DIR (config.json only)")
+    p.add_argument("--mesh", default="fsdp", help="a preset of configs/meshes.yaml")
+    p.add_argument("--devices", type=int, default=None, help="devices in the mesh (default: here)")
+    p.add_argument("--token_budget", type=int, default=None, help="tokens per scoring batch")
+    p.add_argument("--gen_batch_size", type=int, default=64, help="generation rows per batch")
+    p.add_argument("--device_memory", type=float, default=None, help="GiB per device, to check fit")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    args = p.parse_args(argv)
+    model_args = parse_model_args(args.model_args)
+    unknown = sorted(set(model_args) - {"pretrained", "dtype", "max_length"})
+    if unknown or "pretrained" not in model_args:
+        raise JaxevalError(
+            f"plan reads pretrained, dtype and max_length from --model_args, got {sorted(model_args)}",
+            field="model_args",
+            hint="e.g. --model_args pretrained=configs/models/llama-3-8b,dtype=bfloat16",
+        )
+    devices = args.devices or len(jax.devices())
+    plan = plan_memory(
+        read_config(str(model_args["pretrained"])),
+        abstract_mesh(args.mesh, devices),
+        dtype=str(model_args.get("dtype", "bfloat16")),
+        max_length=int(model_args["max_length"]) if "max_length" in model_args else None,
+        token_budget=args.token_budget,
+        gen_rows=args.gen_batch_size,
+    )
+    print(plan_json(plan) if args.json else plan.table(args.device_memory))
+    return 0

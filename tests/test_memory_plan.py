@@ -1,0 +1,63 @@
+"""`jaxeval plan`: per-device memory from config.json alone, on abstract meshes of any size; the
+guides' rows recomputed by hand from the public configs."""
+
+from __future__ import annotations
+
+import pytest
+
+from jaxeval.cli import main
+from jaxeval.errors import JaxevalError
+from jaxeval.memory_plan import abstract_mesh, plan_memory, read_config
+from tests.conftest import REPO
+
+MODELS = REPO / "configs" / "models"
+
+
+@pytest.mark.parametrize(
+    "name, billions", [("llama-3-8b", 8.03), ("gemma-2-9b", 9.24), ("llama-3-70b", 70.55)]
+)
+def test_parameter_counts_match_the_published_sizes(name, billions):
+    plan = plan_memory(read_config(str(MODELS / name)), abstract_mesh("fsdp", 8))
+    assert round(plan.parameters / 1e9, 2) == billions
+
+
+def test_llama3_8b_on_8_devices_by_hand():
+    """Llama-3-8B, bfloat16, fsdp over 8 devices: every matrix splits its D = 4096 rows by 8 (the
+    rule table shards `embed` over fsdp), norms are replicated."""
+    V, D, F, L, H, G, E = 128256, 4096, 14336, 32, 32, 8, 128
+    sharded = 2 * V * D + L * (D * H * E + 2 * D * G * E + H * E * D + 3 * D * F)
+    replicated = (2 * L + 1) * D
+    plan = plan_memory(read_config(str(MODELS / "llama-3-8b")), abstract_mesh("fsdp", 8))
+    assert plan.param_bytes == 2 * (sharded // 8 + replicated)
+    # KV cache: 64 rows x 8192 slots, rows split 8 ways: k and v [L, B/8, C, G, E] in bf16,
+    # plus valid (bool) and positions (int32) [B/8, C]
+    rows, slots = 64 // 8, 8192
+    assert plan.kv_bytes == 2 * 2 * L * rows * slots * G * E + rows * slots * (1 + 4)
+    assert plan.mesh == {"data": 1, "fsdp": 8, "model": 1}
+
+
+def test_model_axis_splits_heads_and_mlp():
+    config = read_config(str(MODELS / "llama-3-70b"))
+    fsdp = plan_memory(config, abstract_mesh("fsdp", 8))
+    model = plan_memory(config, abstract_mesh("data_model", 8, model=8))
+    assert model.param_bytes == pytest.approx(fsdp.param_bytes, rel=0.01)
+    assert model.activation_bytes < fsdp.activation_bytes * 8  # heads and F split 8 ways
+
+
+def test_cli_prints_the_plan(capsys):
+    path = MODELS / "gemma-2-9b"
+    code = main(["plan", "--model_args", f"pretrained={path}", "--devices", "64",
+                 "--device_memory", "95"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "gemma2, 9.24 B parameters in bfloat16" in out and "fsdp=64" in out and "fits" in out
+
+
+def test_bad_input_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(JaxevalError, match="no config.json"):
+        read_config(str(tmp_path))
+    assert main(["plan", "--model_args", f"pretrained={tmp_path}"]) == 2
+    assert "config.json" in capsys.readouterr().err
+    assert main(["plan", "--model_args", f"pretrained={MODELS / 'llama-3-8b'},batch=3"]) == 2
+    with pytest.raises(JaxevalError, match="unknown mesh preset"):
+        abstract_mesh("ring", 8)
