@@ -130,46 +130,15 @@ class LmEvalTask:
     def doc_to_target(self, doc: Any) -> Any:
         return self.obj.doc_to_target(doc)
 
-    def doc_iterator(
-        self,
-        *,
-        limit: int | None = None,
-        samples: list[int] | None = None,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> list[tuple[int, Any]]:
-        return list(
-            self.obj.doc_iterator(rank=rank, limit=limit, world_size=world_size, samples=samples)
-        )
+    def doc_iterator(self, **options: Any) -> list[tuple[int, Any]]:
+        """lm-eval's own (limit, samples, rank, world_size: the evaluator's keywords)."""
+        return list(self.obj.doc_iterator(**options))
 
-    def build_all_requests(
-        self,
-        *,
-        limit: int | None = None,
-        samples: list[int] | None = None,
-        rank: int = 0,
-        world_size: int = 1,
-        system_instruction: str | None = None,
-        apply_chat_template: bool = False,
-        fewshot_as_multiturn: bool = False,
-        chat_template: Any = None,
-        cache_requests: str | None = None,
-        tokenizer_name: str = "",
-    ) -> None:
-        """lm-eval builds the requests (its request cache is not used); jaxeval copies them."""
-        self.obj.build_all_requests(
-            limit=limit,
-            samples=samples,
-            rank=rank,
-            world_size=world_size,
-            cache_requests=False,
-            rewrite_requests_cache=False,
-            system_instruction=system_instruction,
-            apply_chat_template=apply_chat_template,
-            fewshot_as_multiturn=fewshot_as_multiturn,
-            chat_template=chat_template,
-            tokenizer_name=tokenizer_name,
-        )
+    def build_all_requests(self, *, cache_requests: Any = None, **options: Any) -> None:
+        """lm-eval builds the requests with the evaluator's keywords (limit, samples, rank,
+        world_size, system_instruction, apply_chat_template, fewshot_as_multiturn, chat_template,
+        tokenizer_name); its request cache is not used. jaxeval copies them."""
+        self.obj.build_all_requests(**options, cache_requests=False, rewrite_requests_cache=False)
         self._theirs = list(self.obj.instances)
         self.instances = [
             Instance(t.request_type, t.doc, t.arguments, t.idx, (self.name, t.doc_id, t.repeats))

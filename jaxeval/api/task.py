@@ -138,48 +138,39 @@ class Task:
         return render(spec, doc, task=self.name, field=field, doc_index=doc_index)
 
     def doc_to_text(self, doc: dict, spec: Any = None, *, doc_index: int | None = None) -> Any:
-        spec = self.config.doc_to_text if spec is None else spec
-        if isinstance(spec, int):
-            return spec
-        if isinstance(spec, str):
-            if spec in self.features:
-                return doc[spec]
-            text = self._render(spec, doc, "doc_to_text", doc_index)
-            if text.isdigit() and self.config.doc_to_choice is not None:
-                return ast.literal_eval(text)
-            return text
-        if callable(spec):
-            return spec(doc)
-        raise JaxevalError(
-            f"doc_to_text has unsupported type {type(spec).__name__}",
-            task=self.name,
-            field="doc_to_text",
-        )
+        return self._doc_field("doc_to_text", doc, spec, doc_index)
 
     def doc_to_target(self, doc: dict, spec: Any = None, *, doc_index: int | None = None) -> Any:
-        spec = self.config.doc_to_target if spec is None else spec
+        return self._doc_field("doc_to_target", doc, spec, doc_index, lists=True)
+
+    def _doc_field(
+        self, field: str, doc: dict, spec: Any, doc_index: int | None, *, lists: bool = False
+    ) -> Any:
+        """lm-eval's rule for doc_to_text and doc_to_target: an int is itself, a feature name its
+        value, a callable is called, a template is rendered (a digit string becomes an int when
+        the task has choices). With `lists` (doc_to_target) a list is itself and a rendering
+        that reads as a list literal becomes that list."""
+        spec = getattr(self.config, field) if spec is None else spec
         if isinstance(spec, int):
             return spec
         if isinstance(spec, str):
             if spec in self.features:
                 return doc[spec]
-            text = self._render(spec, doc, "doc_to_target", doc_index)
+            text = self._render(spec, doc, field, doc_index)
             if text.isdigit() and self.config.doc_to_choice is not None:
                 return ast.literal_eval(text)
-            if len(text) >= 2 and text[0] == "[" and text[-1] == "]":
+            if lists and len(text) >= 2 and text[0] == "[" and text[-1] == "]":
                 try:
                     return ast.literal_eval(text)
                 except (SyntaxError, ValueError):
                     return text
             return text
-        if isinstance(spec, list):
+        if lists and isinstance(spec, list):
             return spec
         if callable(spec):
             return spec(doc)
         raise JaxevalError(
-            f"doc_to_target has unsupported type {type(spec).__name__}",
-            task=self.name,
-            field="doc_to_target",
+            f"{field} has unsupported type {type(spec).__name__}", task=self.name, field=field
         )
 
     def doc_to_choice(

@@ -142,8 +142,20 @@ def make_buckets(
                 field="buckets",
                 hint="add a bucket length >= max_length, or lower max_length (requests are truncated to it)",
             )
+    return _grid(lengths_list, point_fractions, token_budget, row_multiple, fit_rows=False)
+
+
+def _grid(
+    lengths: Sequence[int],
+    point_fractions: Sequence[float],
+    token_budget: int,
+    row_multiple: int,
+    *,
+    fit_rows: bool,
+) -> BucketSet:
+    """Every (length, points) pair: points = fraction * length, at least 8, at most the length."""
     shapes = set()
-    for t in lengths_list:
+    for t in lengths:
         for f in point_fractions:
             if not 0 < f <= 1:
                 raise JaxevalError(f"point fractions must be in (0, 1], got {f}", field="buckets")
@@ -153,6 +165,7 @@ def make_buckets(
             Bucket(length=t, points=k, rows=_round_rows(token_budget, t, row_multiple))
             for t, k in sorted(shapes)
         ),
+        fit_rows=fit_rows,
         row_multiple=row_multiple,
     )
 
@@ -199,18 +212,8 @@ def fitted_buckets(
     """
     if max_length < 1:
         raise JaxevalError(f"max_length must be positive, got {max_length}", field="max_length")
-    shapes = set()
-    for t in grid_lengths(max_length, min_length=min_length):
-        for f in point_fractions:
-            shapes.add((t, max(8, min(t, int(round(t * f))))))
-    return BucketSet(
-        buckets=tuple(
-            Bucket(length=t, points=k, rows=_round_rows(token_budget, t, row_multiple))
-            for t, k in sorted(shapes)
-        ),
-        fit_rows=True,
-        row_multiple=row_multiple,
-    )
+    lengths = grid_lengths(max_length, min_length=min_length)
+    return _grid(lengths, point_fractions, token_budget, row_multiple, fit_rows=True)
 
 
 def parse_buckets(

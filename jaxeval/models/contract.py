@@ -22,7 +22,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 
-from jaxeval.shapes import Bool, Float, Int
+from jaxeval.shapes import Float, Int
+
+Rows = Int["B T"]  # one int32 per token of each packed row
+Hidden = Float["B T D"]
 
 
 @runtime_checkable
@@ -33,13 +36,8 @@ class DecoderModel(Protocol):
     vocab_size: int  # the embedding table's rows: every token id must be below it
 
     def hidden(
-        self,
-        params: Any,
-        tokens: Int["B T"],
-        positions: Int["B T"],
-        segment: Int["B T"],
-        parent: Int["B T"],
-    ) -> Float["B T D"]:
+        self, params: Any, tokens: Rows, positions: Rows, segment: Rows, parent: Rows
+    ) -> Hidden:
         """Packed rows -> final-normed hidden states. Query i sees key j iff segment[j] != 0,
         j <= i and (segment[j] == segment[i] or segment[j] == parent[i]); positions restart per
         request and continue from the parent in a child segment (`jaxeval.models.attention`)."""
@@ -62,15 +60,9 @@ class DecoderModel(Protocol):
         `positions`, rows on axis 1 of k/v and axis 0 of the others: `jaxeval.models.KVCache`)."""
         ...
 
-    def forward_cached(
-        self,
-        params: Any,
-        cache: Any,
-        tokens: Int["B T"],
-        positions: Int["B T"],
-        valid: Bool["B T"],
-        index: Int[""],
-    ) -> tuple[Float["B T D"], Any]:
+    def forward_cached(  # tokens, positions: Rows; valid: Bool["B T"]; index: Int[""]
+        self, params: Any, cache: Any, tokens: Rows, positions: Rows, valid: Any, index: Any
+    ) -> tuple[Hidden, Any]:
         """Writes T tokens at cache slots [index, index + T) and returns their hidden states;
         query t sees slot j iff valid[j] and j <= index + t."""
         ...

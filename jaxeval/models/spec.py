@@ -27,7 +27,6 @@ from jaxeval.models import params as params_lib
 from jaxeval.models.decoder import KVCache
 from jaxeval.models.layers import ACTIVATIONS, MLP_KINDS, NORM_KINDS
 from jaxeval.models.rope import DynamicRope, LayerRope
-from jaxeval.shapes import Bool, Float, Int
 
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 RESIDUAL_KINDS = ("sequential", "parallel", "post_norm")
@@ -104,43 +103,16 @@ class ModelSpec:
         return 2 * len(self.rope[0].inv_freq) if self.rope else 0
 
     # ---- the model's pure functions -------------------------------------------------------
-    def hidden(
-        self,
-        params: Any,
-        tokens: Int["B T"],
-        positions: Int["B T"],
-        segment: Int["B T"],
-        parent: Int["B T"],
-        *,
-        attention_block: int | None = None,
-    ) -> Float["B T D"]:
-        """Packed rows -> final-normed hidden states; `attention_block`: see `decoder.hidden`."""
-        return decoder.hidden(
-            self, params, tokens, positions, segment, parent, attention_block=attention_block
-        )
-
-    def head_weight(self, params: Any) -> Float["V D"]:
-        return decoder.head_weight(self, params)
-
-    def finalize_logits(self, logits: jax.Array) -> jax.Array:
-        return decoder.finalize_logits(self, logits)
-
-    def head(self, params: Any, h: Float["... D"]) -> Float["... V"]:
-        return decoder.head(self, params, h)
+    # The decoder's functions take the spec first, so they are its methods as they stand
+    # (`jaxeval.models.contract.DecoderModel` is the contract they meet):
+    hidden = decoder.hidden  # (params, tokens, positions, segment, parent, *, attention_block)
+    head_weight = decoder.head_weight  # (params) -> [V, D]
+    finalize_logits = decoder.finalize_logits  # soft-capping (Gemma 2), else the identity
+    head = decoder.head  # (params, h[..., D]) -> [..., V]
+    forward_cached = decoder.forward_cached  # (params, cache, tokens, positions, valid, index)
 
     def init_cache(self, batch: int, length: int, dtype: Any = None) -> KVCache:
         return decoder.init_cache(self, batch, length, dtype or self.compute_dtype)
-
-    def forward_cached(
-        self,
-        params: Any,
-        cache: KVCache,
-        tokens: Int["B T"],
-        positions: Int["B T"],
-        valid: Bool["B T"],
-        index: Int[""],
-    ) -> tuple[Float["B T D"], KVCache]:
-        return decoder.forward_cached(self, params, cache, tokens, positions, valid, index)
 
     # ---- parameters -----------------------------------------------------------------------
     def param_layout(self) -> dict[str, Any]:
