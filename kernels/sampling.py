@@ -81,14 +81,18 @@ def warp_logits(logits: Float["B V"], params: SamplingParams) -> Float["B V"]:
 
 
 def next_tokens(
-    logits: Float["B V"], params: SamplingParams, keys: jax.Array, step: Int[""]
+    logits: Float["B V"], params: SamplingParams, keys: jax.Array, step: Int[""] | IntB
 ) -> IntB:
-    """One token per row: argmax (first index on ties, as torch) or a draw from the warped logits."""
+    """One token per row: argmax (first index on ties, as torch) or a draw from the warped logits.
+
+    `step` is the index of the token being picked: one for all rows, or each row's own ([B],
+    continuous batching); either way row r's draw uses fold_in(key_r, its token index)."""
     greedy_tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B]
 
     def sample(_):
         warped = warp_logits(logits, params)
-        step_keys = jax.vmap(lambda k: jax.random.fold_in(k, step))(keys)
+        steps = jnp.broadcast_to(jnp.asarray(step, jnp.int32), greedy_tok.shape)  # [B]
+        step_keys = jax.vmap(jax.random.fold_in)(keys, steps)
         drawn = jax.vmap(jax.random.categorical)(step_keys, warped)
         return jnp.where(params.greedy, greedy_tok, drawn.astype(jnp.int32))
 

@@ -46,6 +46,7 @@ from jaxeval import distributed
 from jaxeval.errors import JaxevalError
 from jaxeval.kernels.generate import STOP_STRING, GenerateBatch, GenerateResult, StopTable, generate
 from jaxeval.lm.encoding import Encoder
+from jaxeval.lm.gen_engine import MIN_PREFIX, run_continuous
 from jaxeval.lm.gen_kwargs import DEFAULT_MAX_GEN_TOKS, SamplingDefaults, normalize
 from jaxeval.lm.gen_plan import GenShape, PlannedGenBatch, Prompt, gen_plan_digest, plan_gen_batches
 from jaxeval.lm.gen_stops import (
@@ -57,6 +58,7 @@ from jaxeval.lm.gen_stops import (
     token_bytes,
 )
 from jaxeval.mesh import batch_shardings, batch_shards, place_params, put_global, to_host
+from jaxeval.models.spec import ModelSpec
 
 DEFAULT_SEED = 1234  # lm-eval's default torch seed
 
@@ -101,6 +103,10 @@ class Generator:
         default_max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
         seed: int = DEFAULT_SEED,
         shrink_last_batch: bool = True,
+        continuous: bool | None = None,
+        min_prefix: int = MIN_PREFIX,
+        refill_rows: int | None = None,
+        admission: str = "longest",
     ):
         self.spec = model.spec
         self.mesh: Mesh = model.mesh
@@ -112,6 +118,16 @@ class Generator:
         self.default_max_gen_toks = int(default_max_gen_toks)
         self.seed = int(seed)
         self.shrink_last_batch = bool(shrink_last_batch)
+        # continuous batching needs a per-row cache index (`forward_cached`'s index as int32[B]):
+        # our decoders have it; another model opts in with `per_row_cache_index = True`
+        if continuous is None:
+            continuous = isinstance(self.spec, ModelSpec) or bool(
+                getattr(self.spec, "per_row_cache_index", False)
+            )
+        self.continuous = bool(continuous)
+        self.min_prefix = int(min_prefix)
+        self.refill_rows = refill_rows
+        self.admission = admission  # "longest" (expected output, then prompt) or "request" order
         eot = tokenizer.eos_token_id if eot_token_id is None else eot_token_id
         self.eos_string = (
             tokenizer.decode(eot, skip_special_tokens=False) if eot is not None else None
@@ -258,7 +274,12 @@ class Generator:
         on_rows: Callable[[list[tuple[int, list[int], int]]], None] | None = None,
     ) -> dict[int, tuple[list[int], int]]:
         """Generates every copy of every prompt: request position -> (token ids, end reason).
-        `on_rows` receives each batch's [(position, token ids, end reason)] as it finishes."""
+        `on_rows` receives each batch's [(position, token ids, end reason)] as it finishes.
+
+        Continuous batching (`jaxeval.lm.gen_engine`) by default; `continuous=False` runs the static
+        batches of `plan_gen_batches` (each decodes until its longest row ends)."""
+        if self.continuous:
+            return self._run_continuous(prompts, on_batch, on_rows)
         plan = plan_gen_batches(
             prompts,
             batch_size=self.batch_size,
@@ -294,6 +315,40 @@ class Generator:
             raise AssertionError(f"requests {sorted(expected - set(out))[:10]} were not answered")
         self.stats["batches"] = self.stats.get("batches", 0) + len(plan)
         self.stats["decode_steps"] = self.stats.get("decode_steps", 0) + steps
+        for name, n in zip(("ended_budget", "ended_stop_token", "ended_stop_string"), reasons):
+            self.stats[name] = self.stats.get(name, 0) + n
+        return out
+
+    def _run_continuous(
+        self,
+        prompts: Sequence[Prompt],
+        on_batch: Callable[[int, int], None] | None,
+        on_rows: Callable[[list[tuple[int, list[int], int]]], None] | None,
+    ) -> dict[int, tuple[list[int], int]]:
+        reasons = [0, 0, 0]
+
+        def finished(rows: list[tuple[int, list[int], int]]) -> None:
+            for _, _, reason in rows:
+                reasons[reason] += 1
+            if on_batch is not None:
+                on_batch(len(rows), sum(len(t) for _, t, _ in rows))
+            if on_rows is not None:
+                on_rows(rows)
+
+        out, stats = run_continuous(
+            self,
+            prompts,
+            on_rows=finished,
+            refill_rows=self.refill_rows,
+            min_prefix=self.min_prefix,
+            admission=self.admission,
+        )
+        expected = {pos for pr in prompts for pos in pr.outputs}
+        if set(out) != expected:
+            raise AssertionError(f"requests {sorted(expected - set(out))[:10]} were not answered")
+        for name, value in stats.items():
+            self.stats[name] = self.stats.get(name, 0) + value
+        self.stats["batches"] = self.stats.get("batches", 0) + stats["admissions"]
         for name, n in zip(("ended_budget", "ended_stop_token", "ended_stop_string"), reasons):
             self.stats[name] = self.stats.get(name, 0) + n
         return out

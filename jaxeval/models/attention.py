@@ -14,7 +14,7 @@ choices x (parent c) and y (parent c), in one row:
     position  0  1  0  1  2  3  4  3  0        y continues c: positions 3, 4
 
 **KV cache.** Query t (cache slot index + t) sees slot j iff `valid[j] and j <= index + t` (plus the
-window on positions).
+window on positions); `index` is shared by all rows or given per row (continuous batching).
 
 **Three ways to attend, one rule.** `attend` builds the full [B, H, T, J] float32 scores (short
 rows). `blocked_attend` walks query blocks of Q rows and, for each, only the key blocks (also Q
@@ -49,6 +49,8 @@ from jaxeval.models.layers import HIGHEST, dense, norm
 from jaxeval.models.rope import apply_rope
 from jaxeval.shapes import Bool, Float, Int
 
+IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
+
 MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: fully-masked rows stay NaN-free
 NO_WINDOW = 2**30  # a window size that never masks anything
 _FAR = 2**29  # a position sentinel: far beyond any real position, and FAR - 0 < NO_WINDOW
@@ -68,12 +70,14 @@ def packed_mask(segment: Int["B T"], parent: Int["B T"]) -> Bool["B T T"]:
     return (seg_k != 0) & causal[None] & related
 
 
-def cache_mask(valid: Bool["B C"], index: Int[""], length: int) -> Bool["B T C"]:
-    """Query t (slot index + t) sees cache slot j iff valid[j] and j <= index + t."""
+def cache_mask(valid: Bool["B C"], index: Int[""] | IntB, length: int) -> Bool["B T C"]:
+    """Query t (slot index + t) sees cache slot j iff valid[j] and j <= index + t (`index`: one
+    for all rows, or one per row)."""
     slots = jnp.arange(valid.shape[1])  # [C]
-    query_slots = index + jnp.arange(length)  # [T]
-    causal = slots[None, :] <= query_slots[:, None]  # [T, C]
-    return valid[:, None, :] & causal[None]
+    row_index = jnp.broadcast_to(jnp.asarray(index), valid.shape[:1])  # [B]
+    query_slots = row_index[:, None] + jnp.arange(length)[None, :]  # [B, T]
+    causal = slots[None, None, :] <= query_slots[:, :, None]  # [B, T, C]
+    return valid[:, None, :] & causal
 
 
 def window_mask(q_positions: Int["B T"], k_positions: Int["B J"], window: Int[""]) -> Bool["B T J"]:
@@ -275,7 +279,7 @@ def cache_attend(
     slot_valid: Bool["B C"],
     slot_positions: Int["B C"],
     q_positions: Int["B T"],
-    index: Int[""],
+    index: Int[""] | IntB,
     *,
     window: Int[""] | None,
     scale: Float[""],
@@ -284,10 +288,13 @@ def cache_attend(
 ) -> Float["B T H E"]:
     """Attention of T queries at slots [index, index + T) over layer `layer` of a stacked cache.
 
-    Walks cache blocks of `block` slots with an online softmax and stops after the block holding
-    slot index + T - 1: a decode step reads the written prefix only, never the empty tail. The last
-    block is slid back to end at C when C is not a multiple of `block` (its already-seen slots
-    masked), so no block reads past the cache.
+    `index` is one slot for every row ([]) or each row's own ([B], continuous batching: rows that
+    started at different times). Walks cache blocks of `block` slots with an online softmax and
+    stops after the block holding slot max(index) + T - 1: a decode step reads the written prefix
+    only, never the empty tail; a row's slots past its own index + t are masked (a block wholly
+    masked for a row leaves its online-softmax state bit for bit unchanged). The last block is slid
+    back to end at C when C is not a multiple of `block` (its already-seen slots masked), so no
+    block reads past the cache.
     """
     b, t, h, e = q.shape
     c, g = k_cache.shape[2], k_cache.shape[3]
@@ -295,7 +302,9 @@ def cache_attend(
     block = min(block, c)
     dtype = q.dtype
     qb = q.reshape(b, t, g, r, e)  # [B, T, G, X, E]
-    q_slot = (index + jnp.arange(t, dtype=jnp.int32))[None, :, None]  # [1, T, 1]
+    index = jnp.asarray(index, jnp.int32)
+    row_index = jnp.broadcast_to(index, (b,))  # [B]
+    q_slot = (row_index[:, None] + jnp.arange(t, dtype=jnp.int32))[:, :, None]  # [B, T, 1]
     zero = jnp.zeros((), jnp.int32)
 
     def key_block(j, state):
@@ -312,7 +321,7 @@ def cache_attend(
         scores = _scores(qb, kb[0].astype(dtype), scale, softcap)
         return _Online.update(state, scores, allowed, vb[0].astype(dtype))
 
-    n_blocks = (index + t + block - 1) // block  # blocks holding slots [0, index + T)
+    n_blocks = (jnp.max(row_index) + t + block - 1) // block  # blocks holding [0, index + T)
     state = jax.lax.fori_loop(0, n_blocks, key_block, _Online.init(b, g, r, t, e))
     return _Online.finish(state, dtype).reshape(b, t, h, e)
 

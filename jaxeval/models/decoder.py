@@ -31,6 +31,7 @@ from jaxeval.shapes import Bool, Float, Int
 # blocks of 128 rows (512 from T = 2048 on); shorter rows use the dense scores. Chosen by measuring
 # `hidden` on CPU (docs/performance.md): blocked is 1.4x faster at T = 512, 3x at T = 2048.
 BLOCKED_MIN_LENGTH = 512
+IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
 # Cache slots per block of `attention.cache_attend` (prefill and decode).
 CACHE_BLOCK = 64
 
@@ -205,12 +206,17 @@ def forward_cached(
     tokens: Int["B T"],
     positions: Int["B T"],
     valid: Bool["B T"],
-    index: Int[""],
+    index: Int[""] | IntB,
 ) -> tuple[Float["B T D"], KVCache]:
     """Writes T new keys/values at slots [index, index + T) in place and returns their hidden states.
 
     Prefill: one call with the left-padded prompts (index 0). Decode: T = 1 calls at index = P, P+1...
     `index` may be traced. Positions follow HF for left padding: cumsum(valid) - 1, clipped at 0.
+
+    `index` is one slot for all rows ([]: `dynamic_update_slice`) or one per row ([B]: a scatter,
+    slots past C dropped), for continuous batching, where each row started at its own time:
+
+        index [5, 2]:  row 0 writes slot 5, row 1 slot 2; row 1's query sees slots 0..2 only
 
     The stacked cache rides in the layer scan's *carry*; layer l writes its keys/values with one
     `dynamic_update_slice` at (l, 0, index, 0, 0), which XLA performs in place on the loop-carried
@@ -224,10 +230,22 @@ def forward_cached(
     x = embed(spec, params, tokens, positions)
     index = jnp.asarray(index, jnp.int32)
     zero = jnp.zeros((), jnp.int32)
-    slot_valid = jax.lax.dynamic_update_slice(cache.valid, valid.astype(bool), (zero, index))
-    slot_pos = jax.lax.dynamic_update_slice(
-        cache.positions, positions.astype(jnp.int32), (zero, index)
-    )
+    per_row = index.ndim == 1
+    if per_row:
+        b, t = tokens.shape
+        rows = jnp.arange(b, dtype=jnp.int32)[:, None]  # [B, 1]
+        slots = index[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]  # [B, T]
+
+        def write_rows(buf, new):  # buf [B, C, ...] <- new [B, T, ...] at each row's slots
+            return buf.at[rows, slots].set(new.astype(buf.dtype), mode="drop")
+
+        slot_valid = write_rows(cache.valid, valid.astype(bool))
+        slot_pos = write_rows(cache.positions, positions.astype(jnp.int32))
+    else:
+        slot_valid = jax.lax.dynamic_update_slice(cache.valid, valid.astype(bool), (zero, index))
+        slot_pos = jax.lax.dynamic_update_slice(
+            cache.positions, positions.astype(jnp.int32), (zero, index)
+        )
     windowed = any(spec.sliding_window)
     dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
 
@@ -237,9 +255,13 @@ def forward_cached(
         cos, sin = _rope(spec, positions, consts, dynamic, dtype)
 
         def attend_fn(q, k, v):
-            start = (layer, zero, index, zero, zero)
-            k_new = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), start)
-            v_new = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), start)
+            if per_row:  # k_all[layer, r, index[r] + t] <- k[r, t]
+                k_new = k_all.at[layer, rows, slots].set(k.astype(k_all.dtype), mode="drop")
+                v_new = v_all.at[layer, rows, slots].set(v.astype(v_all.dtype), mode="drop")
+            else:
+                start = (layer, zero, index, zero, zero)
+                k_new = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), start)
+                v_new = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), start)
             out = attn.cache_attend(
                 q, k_new, v_new, layer, slot_valid, slot_pos, positions, index,
                 window=consts["window"] if windowed else None,

@@ -98,4 +98,6 @@ def test_strings_match_lm_eval(case):
     assert ours == theirs
     assert stats["ended_stop_string"] >= 1  # the device stopped rows on stop strings
     assert stats["retried_prompts"] == 0
-    assert case.generator.compile_count == 1
+    compiled = case.generator.compile_count
+    assert case.generator.generate_until(requests, disable_tqdm=True) == ours
+    assert case.generator.compile_count == compiled  # every shape compiled once

@@ -1,0 +1,408 @@
+"""Continuous batching on the host: a queue of prompts, B engine rows, refills between decode chunks.
+
+    rows = run_continuous(gen, prompts, on_rows=...)  -> {request position: (token ids, end reason)}
+
+1. **Shared prefixes** (`shared_prefixes`): prompts are sorted by their token ids and neighbours
+   whose common prefix is at least `MIN_PREFIX` tokens form a group (GSM8K's few-shot block with
+   `sampler: first_n`, a description or system prompt). Each group's prefix is prefilled once
+   (`kernels.continuous.prefill_prefix`); its prompts prefill only their suffix and copy the prefix's
+   keys/values into their row (the copy is measured against the recomputation it replaces in
+   docs/performance.md). A prompt keeps at least one token of its own (its last logits).
+
+       prompts  [a b c d e f]  [a b c d x]  [a b c y z w]  [q r]      MIN_PREFIX 3
+       groups   prefix [a b c] (3 tokens) for the first three; [q r] alone (no prefix)
+
+2. **Admission**: the queue holds every copy of every prompt, ordered by prefix group, then longest
+   expected output (`max_new`) first, then longest prompt (lm-eval's order), then request index.
+   Free rows take the queue's head; one `admit` call prefills the distinct prompts among the admitted
+   copies once (U prompts -> R rows, both powers of two, suffixes padded to a `prompt_bucket`).
+3. **Decode chunks** run until every row is done or enough rows are free to refill
+   (`refill_rows`, or every remaining request when fewer are queued); the host reads the finished
+   rows, frees them and admits the next prompts.
+
+Compiled shapes: one decode chunk per engine (B rows, C slots, N new tokens, sampled or not), one
+`prefill_prefix` per prefix bucket, one `admit` per (U, R, prefix bucket, suffix bucket): a finite
+set fixed by the buckets, each compiled once (`Generator.compile_count`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxeval import distributed
+from jaxeval.distributed import fingerprint
+from jaxeval.kernels.continuous import (
+    AdmitBatch,
+    EngineState,
+    RowSettings,
+    admit,
+    decode_chunk,
+    init_state,
+    prefill_prefix,
+    row_dims,
+)
+from jaxeval.kernels.generate import StopTable
+from jaxeval.lm.gen_plan import Prompt, pow2_at_least, prompt_bucket
+from jaxeval.lm.gen_stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
+from jaxeval.mesh import batch_sharding, put_global, to_host
+
+MIN_PREFIX = 32  # tokens: shorter common prefixes are recomputed (not worth a separate prefill)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixGroup:
+    tokens: tuple[int, ...]  # the shared prefix (empty: no sharing)
+    members: tuple[int, ...]  # indices into the prompt list
+
+
+def _dtype(x: Any) -> Any:
+    return x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def shared_prefixes(prompts: Sequence[Prompt], min_prefix: int = MIN_PREFIX) -> list[PrefixGroup]:
+    """Groups of prompts with a common token prefix of >= `min_prefix` tokens (module docstring).
+
+    A neighbour joins the current group while the group's common prefix stays >= min_prefix and
+    keeps at least half its length (so a weak match does not shrink a long shared block).
+    """
+    order = sorted(range(len(prompts)), key=lambda i: (prompts[i].tokens, i))
+    groups: list[list[int]] = []
+    lcps: list[int] = []
+    for i in order:
+        toks = prompts[i].tokens
+        if groups:
+            head = prompts[groups[-1][0]].tokens
+            shared = min(lcps[-1], _lcp(head, toks))
+            if shared >= min_prefix and shared * 2 >= lcps[-1]:
+                groups[-1].append(i)
+                lcps[-1] = shared
+                continue
+        groups.append([i])
+        lcps.append(len(toks))
+    out = []
+    for members, n in zip(groups, lcps):
+        shortest = min(len(prompts[i].tokens) for i in members)
+        n = min(n, shortest - 1)  # every prompt keeps >= 1 token of its own
+        if len(members) < 2 or n < min_prefix:
+            out.extend(PrefixGroup((), (i,)) for i in members)
+        else:
+            out.append(PrefixGroup(prompts[members[0]].tokens[:n], tuple(sorted(members))))
+    return out
+
+
+@dataclasses.dataclass
+class _Item:
+    prompt: Prompt
+    copy: int  # which of the prompt's copies (repeat index)
+    group: int  # prefix group
+    start: int  # prefix length S
+
+
+def _settings(items: Sequence[_Item], r: int) -> RowSettings:
+    """[R] row settings for the admitted copies (padding rows: budget 0)."""
+    key_ids = np.zeros((r, 2), np.int32)
+    max_new = np.zeros(r, np.int32)
+    greedy = np.ones(r, bool)
+    temperature = np.zeros(r, np.float32)
+    top_k = np.zeros(r, np.int32)
+    top_p = np.ones(r, np.float32)
+    stop_ids = np.full((r, STOP_TOKENS), -1, np.int32)
+    stops = np.full((r, STOP_STRINGS, STOP_BYTES), -2, np.int32)
+    for k, it in enumerate(items):
+        pr, s = it.prompt, it.prompt.settings
+        key_ids[k] = (pr.request_index, it.copy)
+        max_new[k] = pr.max_new
+        greedy[k], temperature[k], top_k[k], top_p[k] = s.greedy, s.temperature, s.top_k, s.top_p
+        stop_ids[k] = pr.stops.stop_ids
+        stops[k] = pr.stops.stops
+    return RowSettings(key_ids, max_new, greedy, temperature, top_k, top_p, stop_ids, stops)
+
+
+class ContinuousEngine:
+    """The compiled pieces for one engine shape, on one Generator (its params, mesh, compile cache)."""
+
+    def __init__(self, gen: Any, *, rows: int, slots: int, n_new: int, sample: bool):
+        self.gen = gen
+        self.rows, self.slots, self.n_new, self.sample = rows, slots, n_new, sample
+        mesh = gen.mesh
+        self.replicated = gen.replicated
+        buffer = int(gen.stop_table.bytes.shape[1])
+        self._make = lambda: init_state(
+            gen.spec,
+            rows=rows,
+            slots=slots,
+            n_new=n_new,
+            stop_shape=(STOP_TOKENS, STOP_STRINGS, STOP_BYTES),
+            buffer=buffer,
+        )
+        abstract = jax.eval_shape(self._make)
+        dims = jax.tree.leaves(row_dims(abstract), is_leaf=lambda d: d is None)
+        leaves, tree = jax.tree.flatten(abstract)
+        self.state_shardings = jax.tree.unflatten(
+            tree,
+            [
+                self.replicated if d is None else batch_sharding(mesh, x.shape, d)
+                for x, d in zip(leaves, dims)
+            ],
+        )
+        self.abstract = jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+            abstract,
+            self.state_shardings,
+        )
+        self.param_shardings = jax.tree.map(lambda x: x.sharding, gen.params)
+        self.stop_shardings = StopTable(self.replicated, self.replicated)
+        self.scalar = jax.ShapeDtypeStruct((), np.int32, sharding=self.replicated)
+
+    def _compile(self, key: tuple, fn: Callable, args: tuple, **jit_kwargs) -> Callable:
+        compiled = self.gen._compiled
+        if key not in compiled:
+            start = time.perf_counter()
+            compiled[key] = jax.jit(fn, **jit_kwargs).lower(*args).compile()
+            self.gen.compile_seconds += time.perf_counter() - start
+        return compiled[key]
+
+    def _abstract(self, tree: Any) -> Any:
+        return jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(np.shape(x), _dtype(x), sharding=self.replicated),
+            tree,
+        )
+
+    def new_state(self) -> EngineState:
+        key = ("init", self.rows, self.slots, self.n_new)
+        fn = self._compile(key, self._make, (), out_shardings=self.state_shardings)
+        return fn()
+
+    def prefix(self, tokens: Sequence[int]) -> Any:
+        """The prefix cache (1 row, prompt_bucket(S) slots; none: 0 slots)."""
+        spec = self.gen.spec
+        if not tokens:
+            return jax.device_put(spec.init_cache(1, 0), self.replicated)
+        width = prompt_bucket(len(tokens))
+        ids = np.zeros(width, np.int32)
+        ids[: len(tokens)] = tokens
+        valid = np.arange(width) < len(tokens)
+        host = (ids, valid)
+        fn = self._compile(
+            ("prefix", width),
+            lambda p, t, v: prefill_prefix(p, t, v, model=spec),
+            (self.gen.params, *self._abstract(host)),
+            in_shardings=(self.param_shardings, self.replicated, self.replicated),
+            out_shardings=self.replicated,
+        )
+        return fn(self.gen.params, *put_global(host, self.replicated))
+
+    def admit(self, state: EngineState, prefix: Any, batch: AdmitBatch, seed: Any) -> EngineState:
+        u, p = batch.tokens.shape
+        r = batch.dst.shape[0]
+        key = ("admit", self.rows, self.slots, self.n_new, self.sample, u, r, prefix.k.shape[2], p)
+        spec, mesh, sample = self.gen.spec, self.gen.mesh, self.sample
+        fn = self._compile(
+            key,
+            lambda pa, st, s, pf, b, sd: admit(
+                pa, st, s, pf, b, sd, model=spec, sample=sample, mesh=mesh
+            ),
+            (
+                self.gen.params,
+                self.gen.stop_table,
+                self.abstract,
+                self._abstract(prefix),
+                self._abstract(batch),
+                self.scalar,
+            ),
+            in_shardings=(
+                self.param_shardings,
+                self.stop_shardings,
+                self.state_shardings,
+                self.replicated,
+                self.replicated,
+                self.replicated,
+            ),
+            out_shardings=self.state_shardings,
+            donate_argnums=(2,),
+        )
+        return fn(
+            self.gen.params,
+            self.gen.stop_table,
+            state,
+            prefix,
+            put_global(batch, self.replicated),
+            seed,
+        )
+
+    def decode(self, state: EngineState, seed: Any, want: int) -> EngineState:
+        key = ("decode", self.rows, self.slots, self.n_new, self.sample)
+        spec, mesh, sample = self.gen.spec, self.gen.mesh, self.sample
+        fn = self._compile(
+            key,
+            lambda pa, st, s, sd, w: decode_chunk(
+                pa, st, s, sd, w, model=spec, sample=sample, mesh=mesh
+            ),
+            (self.gen.params, self.gen.stop_table, self.abstract, self.scalar, self.scalar),
+            in_shardings=(
+                self.param_shardings,
+                self.stop_shardings,
+                self.state_shardings,
+                self.replicated,
+                self.replicated,
+            ),
+            out_shardings=self.state_shardings,
+            donate_argnums=(2,),
+        )
+        return fn(
+            self.gen.params,
+            self.gen.stop_table,
+            state,
+            seed,
+            put_global(np.int32(want), self.replicated),
+        )
+
+    def peek(self, state: EngineState) -> tuple[np.ndarray, ...]:
+        """(done, length, reason, out, steps) on the host, replicated first (multi-process safe)."""
+        key = ("peek", self.rows, self.slots, self.n_new)
+        fn = self._compile(
+            key,
+            lambda s: (s.done, s.length, s.reason, s.out, s.steps),
+            (self.abstract,),
+            in_shardings=(self.state_shardings,),
+            out_shardings=self.replicated,
+        )
+        return to_host(fn(state))
+
+
+def engine_shape(
+    prompts: Sequence[Prompt], groups: Sequence[PrefixGroup], batch_size: int, shards: int
+) -> tuple[int, int, int, bool]:
+    """(B rows, C slots, N new tokens, sampled): one engine for all the prompts."""
+    rows = max(shards, -(-batch_size // shards) * shards)
+    n_new = pow2_at_least(max(pr.max_new for pr in prompts))
+    need = 0
+    for g in groups:
+        sp = prompt_bucket(len(g.tokens)) if g.tokens else 0
+        suffix = max(len(prompts[i].tokens) - len(g.tokens) for i in g.members)
+        need = max(need, sp + prompt_bucket(suffix))
+    sample = any(pr.settings.do_sample for pr in prompts)
+    return rows, prompt_bucket(need + n_new), n_new, sample
+
+
+def run_continuous(
+    gen: Any,
+    prompts: Sequence[Prompt],
+    *,
+    on_rows: Callable[[list[tuple[int, list[int], int]]], None] | None = None,
+    refill_rows: int | None = None,
+    min_prefix: int = MIN_PREFIX,
+    admission: str = "longest",
+) -> tuple[dict[int, tuple[list[int], int]], dict[str, float]]:
+    """Every copy of every prompt through the engine: (request position -> (tokens, end reason),
+    stats). `on_rows([(position, tokens, reason)])` is called as rows finish."""
+    groups = (
+        shared_prefixes(prompts, min_prefix)
+        if min_prefix > 0
+        else [PrefixGroup((), (i,)) for i in range(len(prompts))]
+    )
+    rows, slots, n_new, sample = engine_shape(prompts, groups, gen.batch_size, gen.shards)
+    engine = ContinuousEngine(gen, rows=rows, slots=slots, n_new=n_new, sample=sample)
+    refill = max(1, rows // 4) if refill_rows is None else max(1, int(refill_rows))
+
+    items: list[_Item] = []
+    no_prefix = len(groups)  # every prompt without a shared prefix: one admission group
+    groups = [*groups, PrefixGroup((), ())]
+    for gi, g in enumerate(groups):
+        for i in g.members:
+            pr = prompts[i]
+            group = gi if g.tokens else no_prefix
+            items += [_Item(pr, j, group, len(g.tokens)) for j in range(pr.copies)]
+    if admission == "request":  # plain request order (tests: results do not depend on it)
+        items.sort(key=lambda it: (it.group, it.prompt.request_index, it.copy))
+    else:
+        items.sort(
+            key=lambda it: (
+                it.group,
+                -it.prompt.max_new,
+                -len(it.prompt.tokens),
+                it.prompt.request_index,
+                it.copy,
+            )
+        )
+    if jax.process_count() > 1:
+        order = [np.asarray([it.prompt.request_index, it.copy, it.start]) for it in items]
+        distributed.check_same("generation queue", fingerprint([rows, slots, n_new, *order]))
+
+    seed = put_global(np.int32(gen.seed), gen.replicated)
+    state = engine.new_state()
+    prefixes: dict[int, Any] = {}
+    occupant: dict[int, _Item] = {}
+    free = list(range(rows))
+    out: dict[int, tuple[list[int], int]] = {}
+    queue = list(reversed(items))  # pop() takes the head
+    stats = {"admissions": 0, "prompt_tokens": 0, "prefill_tokens": 0, "prefix_tokens": 0}
+    steps = 0
+    while queue or occupant:
+        while queue and free:
+            head = queue[-1]
+            taken: list[_Item] = []
+            while queue and len(taken) < len(free) and queue[-1].group == head.group:
+                taken.append(queue.pop())
+            group = groups[head.group]
+            if head.group not in prefixes:
+                prefixes[head.group] = engine.prefix(group.tokens)
+                stats["prefill_tokens"] += len(group.tokens)
+                stats["prefix_tokens"] += len(group.tokens)
+            distinct: dict[int, int] = {}
+            for it in taken:
+                distinct.setdefault(id(it.prompt), len(distinct))
+            uniq = {distinct[id(it.prompt)]: it.prompt for it in taken}
+            start = len(group.tokens)
+            suffixes = [uniq[k].tokens[start:] for k in range(len(uniq))]
+            u, r = pow2_at_least(len(uniq), 1), pow2_at_least(len(taken), 1)
+            width = prompt_bucket(max(len(s) for s in suffixes))
+            tokens = np.zeros((u, width), np.int32)
+            valid = np.zeros((u, width), bool)
+            for k, s in enumerate(suffixes):
+                tokens[k, : len(s)] = s
+                valid[k, : len(s)] = True
+                stats["prefill_tokens"] += len(s)
+            stats["prompt_tokens"] += sum(len(p.tokens) for p in uniq.values())
+            dst = np.full(r, rows, np.int32)
+            src = np.zeros(r, np.int32)
+            for k, it in enumerate(taken):
+                row = free.pop(0)
+                dst[k], src[k] = row, distinct[id(it.prompt)]
+                occupant[row] = it
+            batch = AdmitBatch(tokens, valid, np.int32(start), dst, src, _settings(taken, r))
+            state = engine.admit(state, prefixes[head.group], batch, seed)
+            stats["admissions"] += 1
+        want = len(free) + min(len(queue), refill) if queue else rows + 1
+        state = engine.decode(state, seed, want)
+        done, length, reason, toks, steps = engine.peek(state)
+        finished = []
+        for row in sorted(occupant):
+            if done[row]:
+                it = occupant.pop(row)
+                pos = it.prompt.outputs[it.copy]
+                if pos in out:
+                    raise AssertionError(f"request {pos} answered twice")
+                out[pos] = (toks[row, : length[row]].tolist(), int(reason[row]))
+                finished.append((pos, out[pos][0], out[pos][1]))
+                free.append(row)
+        free.sort()
+        if finished and on_rows is not None:
+            on_rows(finished)
+    stats["decode_steps"] = int(steps)
+    stats["engine_rows"], stats["engine_slots"], stats["engine_new"] = rows, slots, n_new
+    return out, stats

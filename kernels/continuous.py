@@ -1,0 +1,323 @@
+"""Continuous batching: B engine rows that the host refills from a queue between decode chunks.
+
+    state = init_state(model, rows=B, slots=C, n_new=N, stop_shape=(I, Z, M), buffer=Y)
+    prefix = prefill_prefix(params, tokens, valid, *, model)              # a shared prompt prefix, once
+    state = admit(params, stop_table, state, prefix, batch, seed, *, model, sample)  # U prompts -> R rows
+    state = decode_chunk(params, stop_table, state, seed, want, *, model, sample)    # until `want` free
+
+Dimension names: `jaxeval.shapes`. Here U prompts are admitted into R rows (R >= U: `repeats`
+copies share one prefill), S is a prefix length, C the cache slots of a row.
+
+**Row layout: positions == slots.** A row's prompt fills its cache from slot 0, with no padding
+before it: a shared prefix (slots [0, S), copied from its one-off prefill) and then the row's own
+suffix ([S, L)). Generated tokens follow at slots L, L + 1, ... Each row has its own write index
+(`index[r]` = slots written = the position of the next token fed), so rows that started at
+different times decode side by side (`forward_cached` with a per-row index):
+
+    row 0: [p p p p s s s g g g . .]  index 10      p prefix, s suffix, g generated, . unused
+    row 1: [p p p p s g . . . . . .]  index  6
+    row 2: [p p p p s s s s s g g g]  done: the host reads its tokens and admits the next prompt,
+                                      whose prefill rewrites slots [0, L') and sets index = L'
+
+Slots past a row's index are never read (causal bound), so a refilled row needs no clearing.
+
+**Exactness.** A row's computation depends only on its own tokens: the prefill runs its prompt alone
+in its own row, decode steps attend with its own causal bound (blocks past it are fully masked and
+leave the online softmax bit for bit unchanged), and its sampling keys are fold_in(fold_in(fold_in(
+seed, request), repeat), token index), so tokens do not depend on which rows run beside it, on the
+refill order, or on the engine row it lands in.
+
+**When a chunk returns.** `decode_chunk` runs decode steps until every row is done or at least
+`want` rows are done (the host sets `want` = free rows it can refill), so refills happen as soon as
+they are useful and a chunk never stops for nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+from jaxeval.kernels.decode_step import decode_step
+from jaxeval.kernels.generate import BUDGET, PAD_TOKEN, STOP_STRING, STOP_TOKEN, StopTable
+from jaxeval.kernels.sampling import SamplingParams, next_tokens, row_keys
+from jaxeval.kernels.stop_match import append_token_bytes, empty_buffer, stop_found, stop_token_hit
+
+from jaxeval.mesh import constrain_rows
+from jaxeval.models.contract import DecoderModel
+from jaxeval.shapes import Bool, Float, Int
+
+# 1-D shape annotations as names: a lone letter in a string reads as an undefined name to linters
+BoolB = Bool["B"]
+FloatB = Float["B"]
+IntB = Int["B"]
+IntR = Int["R"]
+IntT = Int["T"]
+BoolT = Bool["T"]
+
+
+class RowSettings(NamedTuple):
+    """Per-row request settings (B rows in the engine state, R rows in an admission)."""
+
+    key_ids: Int["B 2"]  # (request index, repeat index): the row's sampling key
+    max_new: IntB  # token budget; 0 = an empty row
+    greedy: BoolB
+    temperature: FloatB
+    top_k: IntB
+    top_p: FloatB
+    stop_ids: Int["B I"]  # token ids that end the row (-1 = none)
+    stops: Int["B Z M"]  # stop strings as right-aligned UTF-8 bytes
+
+
+class EngineState(NamedTuple):
+    """Everything the engine carries between calls (on device, rows sharded; donated each call)."""
+
+    cache: Any  # KVCache: k, v [L, B, C, G, E]; valid, positions [B, C]
+    settings: RowSettings
+    index: IntB  # slots written = position of the next token fed
+    last: IntB  # the last token picked (fed next)
+    out: Int["B N"]  # generated ids, PAD_TOKEN after the row ended
+    buffer: Int["B Y"]  # the row's last Y text bytes (stop strings)
+    done: BoolB  # the row ended (or is empty): the host may refill it
+    length: IntB  # tokens generated (= index of the next token picked)
+    reason: IntB  # BUDGET, STOP_TOKEN or STOP_STRING
+    steps: Int[""]  # decode steps run so far (statistics)
+
+
+class AdmitBatch(NamedTuple):
+    """U prompts (after their shared prefix) and the R rows they go to (numpy on the host)."""
+
+    tokens: Int["U P"]  # right-padded suffix tokens
+    valid: Bool["U P"]  # False on padding
+    start: Int[""]  # the shared prefix length S: the suffix's first slot and position
+    dst: IntR  # engine row of each admitted request (B = a padding entry, dropped)
+    src: IntR  # its prompt, an index into U
+    settings: RowSettings  # [R] rows
+
+
+def row_dims(state: EngineState) -> EngineState:
+    """The rows dimension of every leaf (None: replicated), for shardings and constraints."""
+    dims = jax.tree.map(lambda _: 0, state)
+    return dims._replace(cache=dims.cache._replace(k=1, v=1), steps=None)
+
+
+def _constrain(state: EngineState, mesh: Mesh | None) -> EngineState:
+    leaves, tree = jax.tree.flatten(state)
+    dims = jax.tree.leaves(row_dims(state), is_leaf=lambda d: d is None)
+    out = [x if d is None else constrain_rows(x, mesh, d) for x, d in zip(leaves, dims)]
+    return jax.tree.unflatten(tree, out)
+
+
+def init_state(
+    model: DecoderModel,
+    *,
+    rows: int,
+    slots: int,
+    n_new: int,
+    stop_shape: tuple[int, int, int],
+    buffer: int,
+) -> EngineState:
+    """B empty rows (done, budget 0) over a cache of C slots each."""
+    n_ids, n_strings, n_bytes = stop_shape
+    b = rows
+    settings = RowSettings(
+        key_ids=jnp.zeros((b, 2), jnp.int32),
+        max_new=jnp.zeros((b,), jnp.int32),
+        greedy=jnp.ones((b,), bool),
+        temperature=jnp.zeros((b,), jnp.float32),
+        top_k=jnp.zeros((b,), jnp.int32),
+        top_p=jnp.ones((b,), jnp.float32),
+        stop_ids=jnp.full((b, n_ids), -1, jnp.int32),
+        stops=jnp.full((b, n_strings, n_bytes), -2, jnp.int32),
+    )
+    return EngineState(
+        cache=model.init_cache(b, slots),
+        settings=settings,
+        index=jnp.zeros((b,), jnp.int32),
+        last=jnp.zeros((b,), jnp.int32),
+        out=jnp.full((b, n_new), PAD_TOKEN, jnp.int32),
+        buffer=empty_buffer(b, buffer),
+        done=jnp.ones((b,), bool),
+        length=jnp.zeros((b,), jnp.int32),
+        reason=jnp.full((b,), BUDGET, jnp.int32),
+        steps=jnp.zeros((), jnp.int32),
+    )
+
+
+def _pick(logits, settings: RowSettings, seed, step, sample: bool):
+    if not sample:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    params = SamplingParams(settings.greedy, settings.temperature, settings.top_k, settings.top_p)
+    return next_tokens(logits, params, row_keys(seed, settings.key_ids), step)
+
+
+class _Rows(NamedTuple):
+    out: Any
+    buffer: Any
+    done: Any
+    length: Any
+    reason: Any
+
+
+def _record(rows: _Rows, tok, settings: RowSettings, stop_table: StopTable) -> _Rows:
+    """Appends `tok` to every live row (at its own column `length`) and applies the stop rules."""
+    live = ~rows.done
+    n = rows.out.shape[1]
+    col = jnp.where(live, rows.length, n)  # [B]; n is out of range: dropped
+    out = rows.out.at[jnp.arange(tok.shape[0]), col].set(tok, mode="drop")
+    length = rows.length + live.astype(jnp.int32)
+    buffer = append_token_bytes(rows.buffer, tok, stop_table.bytes, stop_table.lengths)
+    buffer = jnp.where(live[:, None], buffer, rows.buffer)
+    by_token = live & stop_token_hit(tok, settings.stop_ids)
+    by_string = live & ~by_token & stop_found(buffer, settings.stops)
+    by_budget = live & (length >= settings.max_new)
+    reason = jnp.where(by_token, STOP_TOKEN, jnp.where(by_string, STOP_STRING, rows.reason))
+    return _Rows(out, buffer, rows.done | by_token | by_string | by_budget, length, reason)
+
+
+def prefill_prefix(params: Any, tokens: IntT, valid: BoolT, *, model: DecoderModel) -> Any:
+    """A shared prompt prefix's cache (1 row, T slots; positions 0..T-1, padding invalid)."""
+    t = tokens.shape[0]
+    cache = model.init_cache(1, t)
+    positions = jnp.arange(t, dtype=jnp.int32)[None]  # [1, T]
+    _, cache = model.forward_cached(params, cache, tokens[None], positions, valid[None], 0)
+    return cache
+
+
+def admit(
+    params: Any,
+    stop_table: StopTable,
+    state: EngineState,
+    prefix: Any,
+    batch: AdmitBatch,
+    seed: Int[""],
+    *,
+    model: DecoderModel,
+    sample: bool,
+    mesh: Mesh | None = None,
+) -> EngineState:
+    """Prefills U prompts after their shared prefix and installs them in R engine rows.
+
+    The prompts run in a small cache of S' + P slots (S' = the prefix cache's slots, holding the
+    prefix in [0, S)): their suffixes are written at [S, S + P) with positions S, S + 1, ... Each
+    admitted row r copies prompt src[r]'s slots into engine row dst[r], picks its first token from
+    the logits at the prompt's last token and records it; `repeats` copies share the prefill.
+    """
+    u, p = batch.tokens.shape
+    sp = prefix.k.shape[2]
+    start = jnp.asarray(batch.start, jnp.int32)
+    fresh = model.init_cache(u, p)
+
+    def stack(a, b):  # the prefix (1 row) broadcast to U rows, then the suffix's slots
+        return jnp.concatenate([jnp.broadcast_to(a, a.shape[:1] + (u,) + a.shape[2:]), b], axis=2)
+
+    small = fresh._replace(
+        k=stack(prefix.k.astype(fresh.k.dtype), fresh.k),
+        v=stack(prefix.v.astype(fresh.v.dtype), fresh.v),
+        valid=jnp.concatenate([jnp.broadcast_to(prefix.valid, (u, sp)), fresh.valid], axis=1),
+        positions=jnp.concatenate(
+            [jnp.broadcast_to(prefix.positions, (u, sp)), fresh.positions], axis=1
+        ),
+    )
+    valid = batch.valid.astype(bool)
+    positions = start + jnp.arange(p, dtype=jnp.int32)[None, :] * jnp.ones((u, 1), jnp.int32)
+    h, small = model.forward_cached(params, small, batch.tokens, positions, valid, start)
+    n_tokens = jnp.sum(valid, axis=1, dtype=jnp.int32)  # [U]
+    h_last = h[jnp.arange(u), jnp.maximum(n_tokens - 1, 0)]  # [U, D]
+    logits = model.head(params, h_last)[batch.src]  # [R, V]
+
+    # the R admitted rows, fresh, with their first token
+    r = batch.src.shape[0]
+    n = state.out.shape[1]
+    settings = batch.settings
+    rows = _Rows(
+        out=jnp.full((r, n), PAD_TOKEN, jnp.int32),
+        buffer=empty_buffer(r, state.buffer.shape[1]),
+        done=settings.max_new <= 0,
+        length=jnp.zeros((r,), jnp.int32),
+        reason=jnp.full((r,), BUDGET, jnp.int32),
+    )
+    tok = _pick(logits, settings, seed, jnp.int32(0), sample)
+    rows = _record(rows, tok, settings, stop_table)
+
+    dst = batch.dst
+    w = sp + p
+    cache = state.cache
+
+    def put(buf, new, row_dim):  # engine rows dst <- admitted rows (padding entries dropped)
+        if row_dim == 1:
+            return buf.at[:, dst, :w].set(new[:, batch.src].astype(buf.dtype), mode="drop")
+        return buf.at[dst, :w].set(new[batch.src].astype(buf.dtype), mode="drop")
+
+    cache = cache._replace(
+        k=put(cache.k, small.k, 1),
+        v=put(cache.v, small.v, 1),
+        valid=put(cache.valid, small.valid, 0),
+        positions=put(cache.positions, small.positions, 0),
+    )
+
+    def set_rows(buf, new):
+        return buf.at[dst].set(new.astype(buf.dtype), mode="drop")
+
+    state = EngineState(
+        cache=cache,
+        settings=jax.tree.map(set_rows, state.settings, settings),
+        index=set_rows(state.index, (start + n_tokens)[batch.src]),
+        last=set_rows(state.last, tok),
+        out=set_rows(state.out, rows.out),
+        buffer=set_rows(state.buffer, rows.buffer),
+        done=set_rows(state.done, rows.done),
+        length=set_rows(state.length, rows.length),
+        reason=set_rows(state.reason, rows.reason),
+        steps=state.steps,
+    )
+    return _constrain(state, mesh)
+
+
+def decode_chunk(
+    params: Any,
+    stop_table: StopTable,
+    state: EngineState,
+    seed: Int[""],
+    want: Int[""],
+    *,
+    model: DecoderModel,
+    sample: bool,
+    mesh: Mesh | None = None,
+) -> EngineState:
+    """Decode steps for every live row until all rows are done or at least `want` rows are done.
+
+    Each step feeds every live row's last token at its own slot `index[r]` (= its position) and
+    records the next one at its own column; done rows feed at slot 0 of their own (dead) cache, so
+    the steps read only up to the largest live index.
+    """
+    state = _constrain(state, mesh)
+
+    def cond(st: EngineState) -> jax.Array:
+        n_done = jnp.sum(st.done, dtype=jnp.int32)
+        return ~jnp.all(st.done) & (n_done < want)
+
+    def body(st: EngineState) -> EngineState:
+        live = ~st.done
+        index = jnp.where(live, st.index, 0)  # [B]
+        logits, cache = decode_step(params, st.cache, st.last, index, index, model=model)
+        tok = _pick(logits, st.settings, seed, st.length, sample)
+        rows = _record(
+            _Rows(st.out, st.buffer, st.done, st.length, st.reason), tok, st.settings, stop_table
+        )
+        st = EngineState(
+            cache=cache,
+            settings=st.settings,
+            index=st.index + live.astype(jnp.int32),
+            last=jnp.where(live, tok, st.last),
+            out=rows.out,
+            buffer=rows.buffer,
+            done=rows.done,
+            length=rows.length,
+            reason=rows.reason,
+            steps=st.steps + 1,
+        )
+        return _constrain(st, mesh)
+
+    return jax.lax.while_loop(cond, body, state)
