@@ -19,8 +19,8 @@ import time
 from importlib import resources
 
 import jaxeval
+from jaxeval import fetch
 from jaxeval.errors import JaxevalError
-from jaxeval.fetch import cache_root, fetch_smollm2
 from jaxeval.output import make_table, save_results
 from jaxeval.tiny import train_tokenizer, write_tiny_llama
 
@@ -84,7 +84,7 @@ def _model(args: argparse.Namespace) -> tuple[str, str, bool]:
     """(model_args, description, real): the cached/fetched SmolLM2, or the tiny random fallback."""
     if not args.tiny:
         try:
-            path = fetch_smollm2()
+            path = fetch.fetch_smollm2()  # looked up at call time (tests replace it)
             folder, name = os.path.dirname(path), os.path.basename(path)
             return (
                 f"pretrained={folder},gguf_file={name},dtype=float32",
@@ -134,7 +134,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="jaxeval demo", description=__doc__.splitlines()[0])
     p.add_argument(
         "--model_dir",
-        default=os.path.join(cache_root(), "demo-llama"),
+        default=os.path.join(fetch.cache_root(), "demo-llama"),
         help="where the tiny random fallback model is built",
     )
     p.add_argument("--tiny", action="store_true", help="skip SmolLM2; run the tiny random model")

@@ -196,6 +196,20 @@ def _reports(model: Any) -> bool:
     return reports_results(model)
 
 
+def _timing(clock: dict[str, float], first_scored_at: float | None) -> dict[str, float]:
+    """Seconds spent loading tasks, building the model, evaluating; and from the model being
+    built to the first scoring batch's results (requests built, planned, compiled or loaded from
+    the persistent cache, and run)."""
+    out = {
+        "tasks_s": clock["tasks"] - clock["start"],
+        "model_s": clock["model"] - clock["tasks"],
+        "evaluate_s": clock["evaluated"] - clock["model"],
+    }
+    if first_scored_at is not None and first_scored_at >= clock["model"]:
+        out["first_batch_after_model_s"] = first_scored_at - clock["model"]
+    return {k: round(v, 3) for k, v in out.items()}
+
+
 def _make_lm(model: Any, model_args: Any, batch_size: Any, max_batch_size: Any, device: Any) -> LM:
     if not isinstance(model, str):
         if not all(hasattr(model, m) for m in REQUEST_TYPES):
@@ -262,6 +276,7 @@ def simple_evaluate(
             parse_model_args(model_args) if isinstance(model_args, str) else dict(model_args or {})
         )
         task_manager = TaskManager(metadata={**meta, **(metadata or {})})
+    clock = {"start": time.perf_counter()}
     try:
         loaded = task_manager.load(list(tasks))
     except JaxevalError as e:
@@ -291,7 +306,9 @@ def simple_evaluate(
     store = None
     if use_cache is not None and _reports(model):
         store = ResponseStore(f"{use_cache}_rank{0 if isinstance(model, str) else model.rank}.db")
+    clock["tasks"] = time.perf_counter()
     lm = _make_lm(model, model_args, batch_size, max_batch_size, device)
+    clock["model"] = time.perf_counter()
     if delete_requests_cache and reports_results(lm):
         request_cache.delete_all()
     if use_cache is not None:
@@ -313,6 +330,7 @@ def simple_evaluate(
     )
     if results is None:
         return None
+    clock["evaluated"] = time.perf_counter()
     base = lm.lm if hasattr(lm, "lm") and not isinstance(lm, LM) else lm
     results["config"] = {
         "model": model if isinstance(model, str) else type(model).__name__,
@@ -332,6 +350,7 @@ def simple_evaluate(
         "torch_seed": torch_random_seed,
         "fewshot_seed": fewshot_random_seed,
     }
+    results["config"]["timing"] = _timing(clock, getattr(base, "first_scored_at", None))
     if use_cache is not None and hasattr(
         lm, "cache_stats"
     ):  # answers served from the file / computed

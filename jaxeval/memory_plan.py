@@ -34,7 +34,8 @@ from jax.sharding import AbstractMesh, PartitionSpec
 
 from jaxeval.errors import JaxevalError
 from jaxeval.kernels.score import fast_vocab_chunk
-from jaxeval.mesh import MESH_AXES, load_presets
+from jaxeval.lm.args import parse_model_args
+from jaxeval.mesh import MESH_AXES, batch_shards, load_presets
 from jaxeval.models.decoder import attention_block_size
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.sharding import cache_shardings, param_shardings
@@ -141,8 +142,7 @@ def plan_memory(
     spec = spec_from_config(config, compute_dtype=dtype)
     item = BYTES[dtype]
     max_length = int(max_length or spec.max_position_embeddings)
-    batch_axes = tuple(a for a in ("data", "fsdp") if mesh.shape[a] > 1)
-    shards = math.prod(mesh.shape[a] for a in batch_axes)
+    shards = batch_shards(mesh)  # the batch rule (an AbstractMesh has the same .shape)
     budget = int(token_budget or 4096 * shards)
 
     # parameters: abstract leaves x the rule table's PartitionSpecs
@@ -203,8 +203,6 @@ def plan_json(plan: MemoryPlan) -> str:
 def main(argv: list[str]) -> int:
     """`jaxeval plan --model_args pretrained=DIR[,dtype=D,max_length=N] [--mesh P] [--devices N]`."""
     import argparse
-
-    from jaxeval.lm.args import parse_model_args
 
     p = argparse.ArgumentParser(prog="jaxeval plan", description=__doc__.splitlines()[0])
     p.add_argument("--model_args", required=True, help="pretrained=DIR (config.json only)")

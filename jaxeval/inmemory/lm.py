@@ -30,11 +30,13 @@ from typing import Any
 
 import jax
 
+from jaxeval.cache import fingerprint_of
 from jaxeval.errors import JaxevalError
 from jaxeval.inmemory.function_model import FunctionModel
 from jaxeval.inmemory.point_scorer import PointScorer
 from jaxeval.lm.generation import Generator, request_pairs
 from jaxeval.lm.jax_lm import JaxLM
+from jaxeval.mesh import put_global, single_device_mesh
 from jaxeval.models.loader import LoadedModel
 from jaxeval.models.spec import ModelSpec
 
@@ -67,8 +69,6 @@ def _load_tokenizer(tokenizer: Any) -> Any:
 
 def _mesh_of(params: Any) -> Any:
     """The mesh the parameters already live on (one NamedSharding mesh, or one device)."""
-    from jaxeval.mesh import single_device_mesh
-
     leaves = [x for x in jax.tree.leaves(params) if isinstance(x, jax.Array)]
     meshes = {x.sharding.mesh for x in leaves if isinstance(x.sharding, jax.sharding.NamedSharding)}
     if len(meshes) == 1:
@@ -356,7 +356,6 @@ class InMemoryLM(JaxLM):
                 hint="build it with InMemoryLM(..., name='my-run') and pass step= to "
                 "update_params, or leave use_cache unset",
             )
-        from jaxeval.cache import fingerprint_of  # the cache module loads only when caching
 
         return fingerprint_of(
             weights=["in-memory", self.name, self.step],
@@ -396,6 +395,5 @@ def _move(x: Any, sharding: Any) -> jax.Array:
     """`x` onto `sharding`: on device for a jax.Array, through `put_global` for host data."""
     if isinstance(x, jax.Array):
         return jax.device_put(x, sharding)
-    from jaxeval.mesh import put_global
 
     return put_global(x, sharding)

@@ -186,6 +186,7 @@ class JaxLM(LM):
         )
         self.last_plan: ScorePlan | None = None
         self.stats: dict[str, float] = {}  # the last scoring call
+        self.first_scored_at: float | None = None  # perf_counter() when the first batch came back
         self.totals: dict[str, float] = {}  # every scoring call so far (reported in model_info)
 
     @staticmethod
@@ -409,6 +410,7 @@ class JaxLM(LM):
 
         def on_batch(n_requests: int, tokens: int) -> None:
             done["first"] = done["first"] or time.perf_counter() - start
+            self.first_scored_at = self.first_scored_at or time.perf_counter()
             done["tokens"] += tokens
             bar.update(n_requests)
             bar.set_postfix(tok_s=f"{done['tokens'] / max(1e-9, time.perf_counter() - t0):.0f}")

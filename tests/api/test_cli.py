@@ -89,6 +89,7 @@ def test_run_writes_lm_eval_schema_and_samples(tmp_path, data_root, capsys):
     assert res["n-samples"]["arc_easy"] == {"original": ARC_EASY_TEST_ROWS, "effective": 10}
     assert res["versions"]["arc_easy"] == 1.0
     assert res["config"]["limit"] == 10.0 and res["config"]["model"] == "fake"
+    assert set(res["config"]["timing"]) == {"tasks_s", "model_s", "evaluate_s"}  # no JaxLM batches
     samples = (folder / results_files[0].name.replace("results_", "samples_arc_easy_")).with_suffix(
         ".jsonl"
     )
