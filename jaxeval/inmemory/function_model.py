@@ -50,6 +50,7 @@ import jax.numpy as jnp
 
 from jaxeval.errors import JaxevalError
 from jaxeval.models.attention import packed_mask
+from jaxeval.models.contract import Hidden, Rows
 from jaxeval.shapes import Bool, Float, Int
 
 MASK_KINDS = ("segments", "padding")
@@ -177,15 +178,8 @@ class FunctionModel:
 
     # ---- the kernels' contract ------------------------------------------------------------
     def hidden(
-        self,
-        params: Any,
-        tokens: Int["B T"],
-        positions: Int["B T"],
-        segment: Int["B T"],
-        parent: Int["B T"],
-        *,
-        attention_block: int | None = None,
-    ) -> Float["B T D"]:
+        self, params: Any, tokens: Rows, positions: Rows, segment: Rows, parent: Rows
+    ) -> Hidden:
         if self._hidden is None:
             raise JaxevalError(
                 "this FunctionModel has logits only; it is scored through point_logits",
@@ -212,14 +206,8 @@ class FunctionModel:
         w = self._head_weight(params).astype(h.dtype)
         return self.finalize_logits(jnp.einsum("...d,vd->...v", h, w, precision="highest"))
 
-    def point_logits(
-        self,
-        params: Any,
-        tokens: Int["B T"],
-        positions: Int["B T"],
-        segment: Int["B T"],
-        parent: Int["B T"],
-        points: Int["B K"],
+    def point_logits(  # points: Int["B K"], positions in [0, T)
+        self, params: Any, tokens: Rows, positions: Rows, segment: Rows, parent: Rows, points: Any
     ) -> Float["B K V"]:
         """Logits at the score positions `points` (in [0, T)): hidden + head there, or the full
         logits gathered there."""
