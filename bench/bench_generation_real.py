@@ -52,9 +52,12 @@ def write_tasks(root: pathlib.Path) -> dict[str, tuple[str, int]]:
     cot = (REPO / "tasks" / "gsm8k" / "gsm8k-cot.yaml").read_text()
 
     def strip(text: str) -> str:
-        keep = []
+        keep, in_tag = [], False
         for line in text.splitlines():
-            if line.startswith(("dataset_path", "dataset_name", "tag:", "  - math_word", "task:")):
+            if in_tag and line.lstrip().startswith("- "):
+                continue
+            in_tag = line.startswith("tag:")
+            if line.startswith(("dataset_path", "dataset_name", "tag:", "task:")):
                 continue
             keep.append(line)
         return "\n".join(keep) + "\n"
