@@ -64,7 +64,9 @@ class DecoderModel(Protocol):
         self, params: Any, cache: Any, tokens: Rows, positions: Rows, valid: Any, index: Any
     ) -> tuple[Hidden, Any]:
         """Writes T tokens at cache slots [index, index + T) and returns their hidden states;
-        query t sees slot j iff valid[j] and j <= index + t."""
+        query t sees slot j iff valid[j] and j <= index + t. `index` is int32[] (all rows); a model
+        whose class sets `per_row_cache_index = True` (our `ModelSpec` does, by type) also takes
+        int32[B], one slot per row, and then gets continuous batching (`jaxeval.lm.gen_engine`)."""
         ...
 
     def param_count(self, params: Any = None) -> int:
