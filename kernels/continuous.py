@@ -40,9 +40,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 from jaxeval.kernels.decode_step import decode_step
-from jaxeval.kernels.generate import BUDGET, PAD_TOKEN, STOP_STRING, STOP_TOKEN, StopTable
+from jaxeval.kernels.generate import BUDGET, PAD_TOKEN, StopTable, apply_stops
 from jaxeval.kernels.sampling import SamplingParams, next_tokens, row_keys
-from jaxeval.kernels.stop_match import append_token_bytes, empty_buffer, stop_found, stop_token_hit
+from jaxeval.kernels.stop_match import empty_buffer
 
 from jaxeval.mesh import constrain_rows
 from jaxeval.models.contract import DecoderModel
@@ -167,13 +167,10 @@ def _record(rows: _Rows, tok, settings: RowSettings, stop_table: StopTable) -> _
     col = jnp.where(live, rows.length, n)  # [B]; n is out of range: dropped
     out = rows.out.at[jnp.arange(tok.shape[0]), col].set(tok, mode="drop")
     length = rows.length + live.astype(jnp.int32)
-    buffer = append_token_bytes(rows.buffer, tok, stop_table.bytes, stop_table.lengths)
-    buffer = jnp.where(live[:, None], buffer, rows.buffer)
-    by_token = live & stop_token_hit(tok, settings.stop_ids)
-    by_string = live & ~by_token & stop_found(buffer, settings.stops)
-    by_budget = live & (length >= settings.max_new)
-    reason = jnp.where(by_token, STOP_TOKEN, jnp.where(by_string, STOP_STRING, rows.reason))
-    return _Rows(out, buffer, rows.done | by_token | by_string | by_budget, length, reason)
+    buffer, ended, reason = apply_stops(
+        live, tok, length, rows.buffer, rows.reason, stop_table, settings
+    )
+    return _Rows(out, buffer, rows.done | ended, length, reason)
 
 
 def prefill_prefix(params: Any, tokens: IntT, valid: BoolT, *, model: DecoderModel) -> Any:

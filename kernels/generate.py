@@ -77,6 +77,31 @@ class StopTable(NamedTuple):
     lengths: IntV  # int32
 
 
+def apply_stops(
+    live: BoolB,
+    tok: IntB,
+    length: IntB,
+    buffer: Int["B Y"],
+    reason: IntB,
+    stop_table: StopTable,
+    rules: Any,
+) -> tuple[Int["B Y"], BoolB, IntB]:
+    """The stop rules for one picked token per row: (text buffer, ended now, end reason).
+
+    `live` rows append the token's bytes to their buffer; `length` counts the token already;
+    `rules` holds the rows' `stop_ids` [B, I], `stops` [B, Z, M] and `max_new` [B] (a
+    `GenerateBatch` or the continuous engine's `RowSettings`). A stop token wins over a stop string,
+    which wins over the budget; finished rows keep their buffer and reason.
+    """
+    grown = append_token_bytes(buffer, tok, stop_table.bytes, stop_table.lengths)
+    buffer = jnp.where(live[:, None], grown, buffer)
+    by_token = live & stop_token_hit(tok, rules.stop_ids)
+    by_string = live & ~by_token & stop_found(buffer, rules.stops)
+    by_budget = live & (length >= rules.max_new)
+    reason = jnp.where(by_token, STOP_TOKEN, jnp.where(by_string, STOP_STRING, reason))
+    return buffer, by_token | by_string | by_budget, reason
+
+
 class GenerateResult(NamedTuple):
     tokens: Int["B N"]  # generated ids, PAD_TOKEN after the row ended
     length: IntB  # tokens generated (a final stop token included)
@@ -153,13 +178,10 @@ def generate(
         col = jnp.where(live, tok, PAD_TOKEN)[:, None]  # [B, 1]
         out = jax.lax.dynamic_update_slice(state.out, col, (jnp.int32(0), state.step))
         length = state.length + live.astype(jnp.int32)
-        buffer = append_token_bytes(state.buffer, tok, stop_table.bytes, stop_table.lengths)
-        buffer = jnp.where(live[:, None], buffer, state.buffer)
-        by_token = live & stop_token_hit(tok, batch.stop_ids)
-        by_string = live & ~by_token & stop_found(buffer, batch.stops)
-        by_budget = live & (length >= batch.max_new)
-        reason = jnp.where(by_token, STOP_TOKEN, jnp.where(by_string, STOP_STRING, state.reason))
-        done = state.done | by_token | by_string | by_budget
+        buffer, ended, reason = apply_stops(
+            live, tok, length, state.buffer, state.reason, stop_table, batch
+        )
+        done = state.done | ended
         return _State(state.step + 1, state.cache, tok, out, buffer, done, length, reason)
 
     w = stop_table.bytes.shape[1]

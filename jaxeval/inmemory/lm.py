@@ -188,9 +188,11 @@ class InMemoryLM(JaxLM):
 
     # ---- Flax constructors ----------------------------------------------------------------
     @classmethod
-    def from_nnx(
+    def _from_bound(
         cls,
-        module: Any,
+        bind: Callable[[Callable], Callable],
+        params: Any,
+        model_type: str,
         *,
         tokenizer: Any,
         max_length: int,
@@ -202,11 +204,29 @@ class InMemoryLM(JaxLM):
         vocab_size: int | None = None,
         **kwargs: Any,
     ) -> InMemoryLM:
+        """A `FunctionModel` over the module's functions, each turned into a function of the
+        parameters by `bind(fn)`; the rest of `kwargs` go to `InMemoryLM`."""
+        fns = {"hidden": hidden, "head_weight": head_weight, "head": head, "logits": logits}
+        bound = {name: None if fn is None else bind(fn) for name, fn in fns.items()}
+        model = FunctionModel(
+            vocab_size=_vocab_size(vocab_size, bound["head_weight"], params),
+            mask=mask,
+            model_type=model_type,
+            **bound,
+        )
+        return cls(model, params, tokenizer=tokenizer, max_length=max_length, **kwargs)
+
+    @classmethod
+    def from_nnx(cls, module: Any, **kwargs: Any) -> InMemoryLM:
         """A Flax nnx module: the functions take the module first, e.g.
         `hidden(module, tokens, positions, segment_ids, parent_ids)`, `head_weight(module)`,
         `logits(module, tokens, positions, attention_mask)` (unbound methods work:
         `hidden=MyModel.hidden`). The module is split once (`nnx.split`); its state is the
-        parameters, and `update_params(module)` takes the trained module (or its state)."""
+        parameters, and `update_params(module)` takes the trained module (or its state).
+
+        Keywords: `tokenizer`, `max_length` (required), the functions `hidden`, `head_weight`,
+        `head`, `logits`, then `mask` ("segments" or "padding"), `vocab_size`, and any
+        `InMemoryLM` argument."""
         from flax import nnx  # imported only for Flax users
 
         if not isinstance(module, nnx.Module):
@@ -215,57 +235,23 @@ class InMemoryLM(JaxLM):
             )
         graphdef, state = nnx.split(module)
 
-        def bind(fn: Callable | None) -> Callable | None:
-            if fn is None:
-                return None
+        def bind(fn: Callable) -> Callable:
             return lambda params, *args: fn(nnx.merge(graphdef, params), *args)
 
-        bound = {"hidden": bind(hidden), "head_weight": bind(head_weight), "head": bind(head)}
-        bound["logits"] = bind(logits)
-        model = FunctionModel(
-            vocab_size=_vocab_size(vocab_size, bound["head_weight"], state),
-            mask=mask,
-            model_type=type(module).__name__,
-            **bound,
-        )
-        lm = cls(model, state, tokenizer=tokenizer, max_length=max_length, **kwargs)
+        lm = cls._from_bound(bind, state, type(module).__name__, **kwargs)
         lm._nnx_graphdef = graphdef
         return lm
 
     @classmethod
-    def from_linen(
-        cls,
-        module: Any,
-        variables: Any,
-        *,
-        tokenizer: Any,
-        max_length: int,
-        hidden: Callable | None = None,
-        head_weight: Callable | None = None,
-        head: Callable | None = None,
-        logits: Callable | None = None,
-        mask: str = "segments",
-        vocab_size: int | None = None,
-        **kwargs: Any,
-    ) -> InMemoryLM:
+    def from_linen(cls, module: Any, variables: Any, **kwargs: Any) -> InMemoryLM:
         """A Flax linen module and its variables: each function takes the bound module first and
         runs through `module.apply(variables, ..., method=fn)`, e.g. `logits=MyModel.__call__`;
-        `update_params(variables)` takes new variables."""
+        `update_params(variables)` takes new variables. Keywords as `from_nnx`."""
 
-        def bind(fn: Callable | None) -> Callable | None:
-            if fn is None:
-                return None
+        def bind(fn: Callable) -> Callable:
             return lambda params, *args: module.apply(params, *args, method=fn)
 
-        bound = {"hidden": bind(hidden), "head_weight": bind(head_weight), "head": bind(head)}
-        bound["logits"] = bind(logits)
-        model = FunctionModel(
-            vocab_size=_vocab_size(vocab_size, bound["head_weight"], variables),
-            mask=mask,
-            model_type=type(module).__name__,
-            **bound,
-        )
-        return cls(model, variables, tokenizer=tokenizer, max_length=max_length, **kwargs)
+        return cls._from_bound(bind, variables, type(module).__name__, **kwargs)
 
     # ---- evaluation during training --------------------------------------------------------
     def update_params(self, params: Any, *, step: int | None = None) -> None:

@@ -48,7 +48,7 @@ from jaxeval.kernels.continuous import (
     row_dims,
 )
 from jaxeval.kernels.generate import StopTable
-from jaxeval.lm.gen_plan import Prompt, pow2_at_least, prompt_bucket
+from jaxeval.lm.gen_plan import Prompt, pow2_at_least, prompt_bucket, row_settings, set_row
 from jaxeval.lm.gen_stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
 from jaxeval.mesh import batch_sharding, put_global, to_host
 
@@ -114,22 +114,10 @@ class _Item:
 
 def _settings(items: Sequence[_Item], r: int) -> RowSettings:
     """[R] row settings for the admitted copies (padding rows: budget 0)."""
-    key_ids = np.zeros((r, 2), np.int32)
-    max_new = np.zeros(r, np.int32)
-    greedy = np.ones(r, bool)
-    temperature = np.zeros(r, np.float32)
-    top_k = np.zeros(r, np.int32)
-    top_p = np.ones(r, np.float32)
-    stop_ids = np.full((r, STOP_TOKENS), -1, np.int32)
-    stops = np.full((r, STOP_STRINGS, STOP_BYTES), -2, np.int32)
+    settings = row_settings(r)
     for k, it in enumerate(items):
-        pr, s = it.prompt, it.prompt.settings
-        key_ids[k] = (pr.request_index, it.copy)
-        max_new[k] = pr.max_new
-        greedy[k], temperature[k], top_k[k], top_p[k] = s.greedy, s.temperature, s.top_k, s.top_p
-        stop_ids[k] = pr.stops.stop_ids
-        stops[k] = pr.stops.stops
-    return RowSettings(key_ids, max_new, greedy, temperature, top_k, top_p, stop_ids, stops)
+        set_row(settings, k, it.prompt, it.copy)
+    return RowSettings(**settings)
 
 
 class ContinuousEngine:
@@ -166,7 +154,6 @@ class ContinuousEngine:
         )
         self.param_shardings = jax.tree.map(lambda x: x.sharding, gen.params)
         self.stop_shardings = StopTable(self.replicated, self.replicated)
-        self.scalar = jax.ShapeDtypeStruct((), np.int32, sharding=self.replicated)
 
     def _compile(self, key: tuple, fn: Callable, args: tuple, **jit_kwargs) -> Callable:
         compiled = self.gen._compiled
@@ -206,70 +193,46 @@ class ContinuousEngine:
         )
         return fn(self.gen.params, *put_global(host, self.replicated))
 
+    def _state_call(self, key: tuple, kernel: Callable, state: EngineState, *extras: Any):
+        """kernel(params, stop_table, state, *extras) -> state, compiled once per `key`; the state
+        keeps its row shardings and is donated (the cache stays in place); extras are replicated."""
+        fn = self._compile(
+            key,
+            kernel,
+            (self.gen.params, self.gen.stop_table, self.abstract, *self._abstract(extras)),
+            in_shardings=(
+                self.param_shardings,
+                self.stop_shardings,
+                self.state_shardings,
+                *[self.replicated] * len(extras),
+            ),
+            out_shardings=self.state_shardings,
+            donate_argnums=(2,),
+        )
+        return fn(self.gen.params, self.gen.stop_table, state, *extras)
+
     def admit(self, state: EngineState, prefix: Any, batch: AdmitBatch, seed: Any) -> EngineState:
         u, p = batch.tokens.shape
         r = batch.dst.shape[0]
         key = ("admit", self.rows, self.slots, self.n_new, self.sample, u, r, prefix.k.shape[2], p)
         spec, mesh, sample = self.gen.spec, self.gen.mesh, self.sample
-        fn = self._compile(
-            key,
-            lambda pa, st, s, pf, b, sd: admit(
-                pa, st, s, pf, b, sd, model=spec, sample=sample, mesh=mesh
-            ),
-            (
-                self.gen.params,
-                self.gen.stop_table,
-                self.abstract,
-                self._abstract(prefix),
-                self._abstract(batch),
-                self.scalar,
-            ),
-            in_shardings=(
-                self.param_shardings,
-                self.stop_shardings,
-                self.state_shardings,
-                self.replicated,
-                self.replicated,
-                self.replicated,
-            ),
-            out_shardings=self.state_shardings,
-            donate_argnums=(2,),
-        )
-        return fn(
-            self.gen.params,
-            self.gen.stop_table,
-            state,
-            prefix,
-            put_global(batch, self.replicated),
-            seed,
+
+        def kernel(pa, st, s, pf, b, sd):
+            return admit(pa, st, s, pf, b, sd, model=spec, sample=sample, mesh=mesh)
+
+        return self._state_call(
+            key, kernel, state, prefix, put_global(batch, self.replicated), seed
         )
 
     def decode(self, state: EngineState, seed: Any, want: int) -> EngineState:
         key = ("decode", self.rows, self.slots, self.n_new, self.sample)
         spec, mesh, sample = self.gen.spec, self.gen.mesh, self.sample
-        fn = self._compile(
-            key,
-            lambda pa, st, s, sd, w: decode_chunk(
-                pa, st, s, sd, w, model=spec, sample=sample, mesh=mesh
-            ),
-            (self.gen.params, self.gen.stop_table, self.abstract, self.scalar, self.scalar),
-            in_shardings=(
-                self.param_shardings,
-                self.stop_shardings,
-                self.state_shardings,
-                self.replicated,
-                self.replicated,
-            ),
-            out_shardings=self.state_shardings,
-            donate_argnums=(2,),
-        )
-        return fn(
-            self.gen.params,
-            self.gen.stop_table,
-            state,
-            seed,
-            put_global(np.int32(want), self.replicated),
-        )
+
+        def kernel(pa, st, s, sd, w):
+            return decode_chunk(pa, st, s, sd, w, model=spec, sample=sample, mesh=mesh)
+
+        want = put_global(np.int32(want), self.replicated)
+        return self._state_call(key, kernel, state, seed, want)
 
     def peek(self, state: EngineState) -> tuple[np.ndarray, ...]:
         """(done, length, reason, out, steps) on the host, replicated first (multi-process safe)."""
@@ -287,8 +250,13 @@ class ContinuousEngine:
 def engine_shape(
     prompts: Sequence[Prompt], groups: Sequence[PrefixGroup], batch_size: int, shards: int
 ) -> tuple[int, int, int, bool]:
-    """(B rows, C slots, N new tokens, sampled): one engine for all the prompts."""
-    rows = max(shards, -(-batch_size // shards) * shards)
+    """(B rows, C slots, N new tokens, sampled): one engine for all the prompts.
+
+    B is the batch size, but never more rows than the work has copies (rounded up to a power of
+    two, then to the shard count): four prompts decode in four rows, not in sixteen.
+    """
+    copies = pow2_at_least(sum(pr.copies for pr in prompts), 1)
+    rows = max(shards, -(-min(batch_size, copies) // shards) * shards)
     n_new = pow2_at_least(max(pr.max_new for pr in prompts))
     need = 0
     for g in groups:

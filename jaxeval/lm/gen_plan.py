@@ -137,45 +137,46 @@ def gen_plan_digest(plan: Sequence[PlannedGenBatch]) -> bytes:
     return fingerprint(arrays)
 
 
+def row_settings(n: int) -> dict[str, np.ndarray]:
+    """[n] rows of per-row generation settings with nothing to do: budget 0, greedy, no stops
+    (the fields `GenerateBatch` and the continuous engine's `RowSettings` share)."""
+    return {
+        "key_ids": np.zeros((n, 2), np.int32),  # (request index, repeat index)
+        "max_new": np.zeros(n, np.int32),
+        "greedy": np.ones(n, bool),
+        "temperature": np.zeros(n, np.float32),
+        "top_k": np.zeros(n, np.int32),
+        "top_p": np.ones(n, np.float32),
+        "stop_ids": np.full((n, STOP_TOKENS), -1, np.int32),
+        "stops": np.full((n, STOP_STRINGS, STOP_BYTES), -2, np.int32),
+    }
+
+
+def set_row(settings: dict[str, np.ndarray], row: int, prompt: Prompt, copy: int) -> None:
+    """Row `row` of `row_settings` arrays <- copy `copy` of `prompt`."""
+    s = prompt.settings
+    settings["key_ids"][row] = (prompt.request_index, copy)
+    settings["max_new"][row] = prompt.max_new
+    settings["greedy"][row] = s.greedy
+    settings["temperature"][row] = s.temperature
+    settings["top_k"][row] = s.top_k
+    settings["top_p"][row] = s.top_p
+    settings["stop_ids"][row] = prompt.stops.stop_ids
+    settings["stops"][row] = prompt.stops.stops
+
+
 def _fill(chunk: Sequence[Prompt], shape: GenShape) -> PlannedGenBatch:
     u, p, b, c = shape.unique, shape.prompt, shape.rows, shape.copies
     tokens = np.zeros((u, p), np.int32)
     valid = np.zeros((u, p), bool)
-    key_ids = np.zeros((b, 2), np.int32)
-    max_new = np.zeros(b, np.int32)
-    greedy = np.ones(b, bool)
-    temperature = np.zeros(b, np.float32)
-    top_k = np.zeros(b, np.int32)
-    top_p = np.ones(b, np.float32)
-    stop_ids = np.full((b, STOP_TOKENS), -1, np.int32)
-    stops = np.full((b, STOP_STRINGS, STOP_BYTES), -2, np.int32)
+    settings = row_settings(b)
     rows = np.full(b, -1, np.int64)
     for i, pr in enumerate(chunk):
         n = len(pr.tokens)
         tokens[i, p - n :] = pr.tokens
         valid[i, p - n :] = True
-        s = pr.settings
         for j, pos in enumerate(pr.outputs):
-            r = i * c + j
-            rows[r] = pos
-            key_ids[r] = (pr.request_index, j)
-            max_new[r] = pr.max_new
-            greedy[r] = s.greedy
-            temperature[r] = s.temperature
-            top_k[r] = s.top_k
-            top_p[r] = s.top_p
-            stop_ids[r] = pr.stops.stop_ids
-            stops[r] = pr.stops.stops
-    batch = GenerateBatch(
-        tokens=tokens,
-        valid=valid,
-        key_ids=key_ids,
-        max_new=max_new,
-        greedy=greedy,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        stop_ids=stop_ids,
-        stops=stops,
-    )
+            rows[i * c + j] = pos
+            set_row(settings, i * c + j, pr, j)
+    batch = GenerateBatch(tokens=tokens, valid=valid, **settings)
     return PlannedGenBatch(shape=shape, batch=batch, rows=rows)

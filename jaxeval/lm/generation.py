@@ -472,34 +472,22 @@ def generate_until(
     *,
     model: Any,
     tokenizer: Any,
-    max_length: int,
-    batch_size: int = 16,
-    encoder: Encoder | None = None,
-    add_bos_token: bool | None = None,
-    eot_token_id: int | None = None,
-    seed: int = DEFAULT_SEED,
     disable_tqdm: bool = False,
     on_answers: Callable[[list[int], list[str]], None] | None = None,
+    **settings: Any,
 ) -> list[str]:
     """lm-eval's `generate_until` for a `LoadedModel`; the compiled Generator is cached per model.
 
     `requests`: Instances with `args = (context, gen_kwargs)` (repeats listed consecutively as the
-    same object), or plain `(context, gen_kwargs)` tuples. Returns one string per request, in order.
+    same object), or plain `(context, gen_kwargs)` tuples. `settings` are `Generator`'s keyword
+    arguments (`max_length`, `batch_size`, `encoder`, ...). Returns one string per request, in order.
     """
-    key = (id(tokenizer), int(max_length), int(batch_size), eot_token_id, add_bos_token, seed)
+    encoder = settings.pop("encoder", None)
+    key = (id(tokenizer), tuple(sorted(settings.items())))
     per_model = _GENERATORS.setdefault(model, {})
     gen = per_model.get(key)
     if gen is None or (encoder is not None and gen.encoder is not encoder):
-        gen = Generator(
-            model=model,
-            tokenizer=tokenizer,
-            max_length=max_length,
-            batch_size=batch_size,
-            encoder=encoder,
-            add_bos_token=add_bos_token,
-            eot_token_id=eot_token_id,
-            seed=seed,
-        )
+        gen = Generator(model=model, tokenizer=tokenizer, encoder=encoder, **settings)
         per_model[key] = gen
     pairs, same = request_pairs(requests)
     return gen.generate_until(pairs, same=same, disable_tqdm=disable_tqdm, on_answers=on_answers)

@@ -204,6 +204,7 @@ def blocked_attend(
     scale: Float[""],
     softcap: float | None,
     block: int,
+    init: tuple[jax.Array, jax.Array, jax.Array] | None = None,
 ) -> Float["B T H E"]:
     """`attend` under `packed_mask` (& `window_mask`), computed block by block (module docstring).
 
@@ -211,22 +212,38 @@ def blocked_attend(
     the first to the last visible one, each behind a `lax.cond` on `block_visibility`. Scores, the
     soft-cap and the mask are the dense path's; the softmax is online in float32. T must be a
     multiple of `block` (else the row is padded with segment-0 tokens, which nobody sees).
+
+    `init`: an online-softmax state of the T queries over keys seen before these ([B, G, X, T]
+    max and sum, [B, G, X, T, E] values: `_Online`), which each query block continues from
+    (`cache_attend`: a prefill's cached prefix, then the prompt's own keys block by block).
     """
     b, t, h, e = q.shape
+    g = k.shape[2]
+    r = h // g
     pad = -t % block
     if pad:
         q, k, v, segment, parent, positions = (
             jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
             for x in (q, k, v, segment, parent, positions)
         )
+        if init is not None:
+            fill = _Online.init(b, g, r, pad, e)
+            init = tuple(jnp.concatenate([a, f], axis=3) for a, f in zip(init, fill))
         out = blocked_attend(
             q, k, v, segment, parent, positions,
-            window=window, scale=scale, softcap=softcap, block=block,
+            window=window, scale=scale, softcap=softcap, block=block, init=init,
         )  # fmt: skip
         return out[:, :t]
-    g = k.shape[2]
-    r = h // g
     n = t // block
+    if init is None:
+        init = _Online.init(b, g, r, t, e)
+    # per query block: [A, B, G, X, Q] max and sum, [A, B, G, X, Q, E] values
+    m0, total0, acc0 = init
+    starts = (
+        m0.reshape(b, g, r, n, block).transpose(3, 0, 1, 2, 4),
+        total0.reshape(b, g, r, n, block).transpose(3, 0, 1, 2, 4),
+        acc0.reshape(b, g, r, n, block, e).transpose(3, 0, 1, 2, 4, 5),
+    )
     flags = block_visibility(segment, parent, positions, window, block=block)  # [A, A]
     # Heads-major layouts once per call, so that no key block is transposed inside the loops.
     q_blocks = q.reshape(b, n, block, g, r, e).transpose(1, 0, 3, 4, 2, 5)  # [A, B, G, X, Q, E]
@@ -236,7 +253,7 @@ def blocked_attend(
     q_meta = meta.transpose(2, 0, 1, 3)  # [A, 3, B, Q]
 
     def query_block(_, xs):
-        qi, qb, qm, row_flags = xs  # qb [B, G, X, Q, E], qm [3, B, Q], row_flags [A]
+        qi, qb, qm, row_flags, start_state = xs  # qb [B, G, X, Q, E], qm [3, B, Q], flags [A]
         seg_q, par_q, pos_q = qm[0][:, :, None], qm[1][:, :, None], qm[2][:, :, None]
         q_idx = (qi * block + jnp.arange(block, dtype=jnp.int32))[None, :, None]  # [1, Q, 1]
 
@@ -263,10 +280,10 @@ def blocked_attend(
         first = jnp.argmax(row_flags)  # 0 when nothing is visible: then the loop is empty
         last = n - jnp.argmax(row_flags[::-1])  # one past the last visible key block
         last = jnp.where(row_flags.any(), last, first)
-        state = jax.lax.fori_loop(first, last, key_block, _Online.init(b, g, r, block, e))
+        state = jax.lax.fori_loop(first, last, key_block, start_state)
         return None, _Online.finish(state, v.dtype)  # [B, Q, G, X, E]
 
-    xs = (jnp.arange(n), q_blocks, q_meta, flags)
+    xs = (jnp.arange(n), q_blocks, q_meta, flags, starts)
     _, out = jax.lax.scan(query_block, None, xs)  # [A, B, Q, G, X, E]
     return out.transpose(1, 0, 2, 3, 4, 5).reshape(b, t, h, e)
 
@@ -280,21 +297,31 @@ def cache_attend(
     slot_positions: Int["B C"],
     q_positions: Int["B T"],
     index: Int[""] | IntB,
+    k_new: Float["B T G E"],
+    v_new: Float["B T G E"],
     *,
     window: Int[""] | None,
     scale: Float[""],
     softcap: float | None,
     block: int,
+    new_block: int = 0,
 ) -> Float["B T H E"]:
-    """Attention of T queries at slots [index, index + T) over layer `layer` of a stacked cache.
+    """Attention of T queries at slots [index, index + T): over layer `layer` of a stacked cache
+    holding the slots before `index`, and over this call's own keys `k_new` / `v_new`, which the
+    caller writes into the cache afterwards (`decoder.forward_cached`: one write per call, after
+    the layer scan, so the cache never rides in the scan's carry, where XLA copies it per layer).
 
     `index` is one slot for every row ([]) or each row's own ([B], continuous batching: rows that
     started at different times). Walks cache blocks of `block` slots with an online softmax and
-    stops after the block holding slot max(index) + T - 1: a decode step reads the written prefix
-    only, never the empty tail; a row's slots past its own index + t are masked (a block wholly
-    masked for a row leaves its online-softmax state bit for bit unchanged). The last block is slid
-    back to end at C when C is not a multiple of `block` (its already-seen slots masked), so no
-    block reads past the cache.
+    stops after the block holding slot max(index) - 1: a call reads the written prefix only, never
+    the empty tail; a row's slots at or past its own index are masked (a block wholly masked for a
+    row leaves its online-softmax state bit for bit unchanged). The last block is slid back to end
+    at C when C is not a multiple of `block` (its already-seen slots masked), so no block reads past
+    the cache. Then the T new keys: query t sees new key u iff u <= t and slot index + u is valid
+    (`slot_valid`, already holding this call's entries), within the window on positions: densely
+    ([B, G, X, T, T] scores) when `new_block` is 0, else block by block from the cache's online
+    state (`blocked_attend` with `init`; a long prefill, where the dense scores cost 2.4x the whole
+    forward pass on CPU at T = 1,024).
     """
     b, t, h, e = q.shape
     c, g = k_cache.shape[2], k_cache.shape[3]
@@ -304,7 +331,6 @@ def cache_attend(
     qb = q.reshape(b, t, g, r, e)  # [B, T, G, X, E]
     index = jnp.asarray(index, jnp.int32)
     row_index = jnp.broadcast_to(index, (b,))  # [B]
-    q_slot = (row_index[:, None] + jnp.arange(t, dtype=jnp.int32))[:, :, None]  # [B, T, 1]
     zero = jnp.zeros((), jnp.int32)
 
     def key_block(j, state):
@@ -314,15 +340,33 @@ def cache_attend(
         vb = jax.lax.dynamic_slice(v_cache, (layer, zero, start, zero, zero), (1, b, block, g, e))
         slots = start + jnp.arange(block, dtype=jnp.int32)  # [Q]
         ok = jax.lax.dynamic_slice_in_dim(slot_valid, start, block, axis=1)  # [B, Q]
-        allowed = ok[:, None, :] & (slots[None, None, :] <= q_slot) & (slots >= nominal)
+        before = (slots[None, :] < row_index[:, None]) & (slots >= nominal)[None, :]  # [B, Q]
+        allowed = jnp.broadcast_to((ok & before)[:, None, :], (b, t, block))
         if window is not None:
             k_pos = jax.lax.dynamic_slice_in_dim(slot_positions, start, block, axis=1)
             allowed &= (q_positions[:, :, None] - k_pos[:, None, :]) < window
         scores = _scores(qb, kb[0].astype(dtype), scale, softcap)
         return _Online.update(state, scores, allowed, vb[0].astype(dtype))
 
-    n_blocks = (jnp.max(row_index) + t + block - 1) // block  # blocks holding [0, index + T)
+    n_blocks = (jnp.max(row_index) + block - 1) // block  # blocks holding [0, index)
     state = jax.lax.fori_loop(0, n_blocks, key_block, _Online.init(b, g, r, t, e))
+    # this call's own keys, as the cache would hold them (its dtype), causal among themselves
+    k_new = k_new.astype(k_cache.dtype).astype(dtype)
+    v_new = v_new.astype(v_cache.dtype).astype(dtype)
+    new_slots = jnp.minimum(row_index[:, None] + jnp.arange(t, dtype=jnp.int32), c - 1)  # [B, T]
+    new_ok = jnp.take_along_axis(slot_valid, new_slots, axis=1)  # [B, T]
+    if new_block:
+        segment = new_ok.astype(jnp.int32)  # valid new keys: one segment, causal
+        out = blocked_attend(
+            q, k_new, v_new, segment, jnp.zeros_like(segment), q_positions,
+            window=window, scale=scale, softcap=softcap, block=new_block, init=state,
+        )  # fmt: skip
+        return out
+    causal = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]  # [T(query), T(key)]
+    allowed = new_ok[:, None, :] & causal[None]
+    if window is not None:
+        allowed &= (q_positions[:, :, None] - q_positions[:, None, :]) < window
+    state = _Online.update(state, _scores(qb, k_new, scale, softcap), allowed, v_new)
     return _Online.finish(state, dtype).reshape(b, t, h, e)
 
 

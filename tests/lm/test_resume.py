@@ -221,7 +221,8 @@ def _without_times(results: dict) -> dict:
     stats = dict(out["config"]["scoring_stats"])
     for key in TIME_STATS:
         stats.pop(key, None)
-    out["config"] = {**out["config"], "scoring_stats": stats}
+    config = {k: v for k, v in out["config"].items() if k != "timing"}  # wall-clock phases
+    out["config"] = {**config, "scoring_stats": stats}
     return out
 
 

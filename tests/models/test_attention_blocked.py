@@ -133,9 +133,21 @@ def test_block_visibility_is_conservative(window):
     assert not flags[np.tril(np.ones((n, n), bool))].all()
 
 
-@pytest.mark.parametrize("t,index,window", [(1, 37, None), (1, 70, 9), (12, 0, None), (5, 20, 4)])
-def test_cache_attend_equals_dense(t, index, window):
-    """Prefill (T > 1 at index 0), decode (T = 1); C = 80 is not a multiple of the block 32."""
+@pytest.mark.parametrize(
+    "t,index,window,new_block",
+    [
+        (1, 37, None, 0),
+        (1, 70, 9, 0),
+        (12, 0, None, 0),
+        (5, 20, 4, 0),
+        (40, 0, None, 16),  # a long prefill: its own keys block by block (T not a multiple)
+        (36, 20, None, 12),  # a suffix after a cached prefix, blocked, from the cache's state
+        (36, 20, 7, 12),
+    ],
+)
+def test_cache_attend_equals_dense(t, index, window, new_block):
+    """Prefill (T > 1 at index 0), decode (T = 1), a suffix after cached slots; C = 80 is not a
+    multiple of the cache block 32; `new_block` > 0 attends over the call's own keys blocked."""
     b, c, heads, kv_heads, e, layers, block = 2, 80, 4, 2, 8, 3, 32
     rng = np.random.default_rng(t + index)
     q, _, _ = _qkv(rng, b, t, heads, kv_heads, e)
@@ -146,17 +158,23 @@ def test_cache_attend_equals_dense(t, index, window):
     valid[1, : index + t] = True
     slot_pos = np.maximum(np.cumsum(valid, axis=1) - 1, 0).astype(np.int32)
     q_pos = slot_pos[:, index : index + t]
-    # Slots past the last visited block hold NaN: they must never be read.
-    last = -(-(index + t) // block) * block
-    k_all[:, :, last:] = np.nan
-    v_all[:, :, last:] = np.nan
     layer = 1
     allowed = attn.cache_mask(valid, jnp.int32(index), t)
     if window is not None:
         allowed = allowed & attn.window_mask(q_pos, slot_pos, window)
-    k_l = np.nan_to_num(k_all[layer])
-    v_l = np.nan_to_num(v_all[layer])
-    dense = attn.attend(q, k_l, v_l, allowed, scale=jnp.float32(0.3), softcap=3.0)
+    dense = attn.attend(q, k_all[layer], v_all[layer], allowed, scale=jnp.float32(0.3), softcap=3.0)
+    # This call's own keys/values come as arguments; the cache holds only the slots before
+    # `index`. Its slots from `index` to the end of the last visited block hold garbage (read,
+    # masked), and past that NaN: neither may reach the output.
+    k_new, v_new = (
+        k_all[layer, :, index : index + t].copy(),
+        v_all[layer, :, index : index + t].copy(),
+    )
+    last = max(block, -(-index // block) * block)
+    k_all[:, :, index:last] = 1e4
+    v_all[:, :, index:last] = 1e4
+    k_all[:, :, last:] = np.nan
+    v_all[:, :, last:] = np.nan
     w = None if window is None else jnp.int32(window)
     blocked = jax.jit(
         lambda q, k_all, v_all, index: attn.cache_attend(
@@ -168,10 +186,13 @@ def test_cache_attend_equals_dense(t, index, window):
             slot_pos,
             q_pos,
             index,
+            k_new,
+            v_new,
             window=w,
             scale=jnp.float32(0.3),
             softcap=3.0,
             block=block,
+            new_block=new_block,
         )
     )(q, k_all, v_all, jnp.int32(index))
     real = np.asarray(valid[:, index : index + t])
