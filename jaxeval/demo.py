@@ -108,6 +108,8 @@ def run_demo(args: argparse.Namespace, *, log_samples: bool = False) -> tuple[di
     """Evaluates the demo tasks: (results, the text to print, whether the real model ran)."""
     start = time.time()
     model_args, description, real = _model(args)
+    if args.mesh:
+        model_args += f",mesh={args.mesh}"
     results = jaxeval.simple_evaluate(
         model="jax",
         model_args=model_args,
@@ -141,6 +143,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output_path", default=None)
     p.add_argument(
         "--limit", type=int, default=None, help="documents per task (default: all bundled rows)"
+    )
+    p.add_argument(
+        "--mesh",
+        default=None,
+        help="a mesh preset from configs/meshes.yaml (default: data-parallel over every device)",
     )
     return p.parse_args(argv)
 

@@ -15,7 +15,8 @@
 2. **Admission**: the queue holds every copy of every prompt, ordered by prefix group, then longest
    expected output (`max_new`) first, then longest prompt (lm-eval's order), then request index.
    Free rows take the queue's head; one `admit` call prefills the distinct prompts among the admitted
-   copies once (U prompts -> R rows, both powers of two, suffixes padded to a `prompt_bucket`).
+   copies once (U prompts -> R rows, both powers of two, suffixes padded to a `prefill_bucket`),
+   in calls of at most ADMIT_TOKENS padded tokens (`admission_chunks`).
 3. **Decode chunks** run until every row is done or enough rows are free to refill
    (`refill_rows`, or every remaining request when fewer are queued); the host reads the finished
    rows, frees them and admits the next prompts.
@@ -48,11 +49,19 @@ from jaxeval.kernels.continuous import (
     row_dims,
 )
 from jaxeval.kernels.generate import StopTable
-from jaxeval.lm.gen_plan import Prompt, pow2_at_least, prompt_bucket, row_settings, set_row
+from jaxeval.lm.gen_plan import (
+    Prompt,
+    pow2_at_least,
+    prefill_bucket,
+    prompt_bucket,
+    row_settings,
+    set_row,
+)
 from jaxeval.lm.gen_stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
 from jaxeval.mesh import batch_sharding, put_global, to_host
 
 MIN_PREFIX = 32  # tokens: shorter common prefixes are recomputed (not worth a separate prefill)
+ADMIT_TOKENS = 2048  # padded suffix tokens one `admit` call prefills at most (or one prompt)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,11 +184,11 @@ class ContinuousEngine:
         return fn()
 
     def prefix(self, tokens: Sequence[int]) -> Any:
-        """The prefix cache (1 row, prompt_bucket(S) slots; none: 0 slots)."""
+        """The prefix cache (1 row, prefill_bucket(S) slots; none: 0 slots)."""
         spec = self.gen.spec
         if not tokens:
             return jax.device_put(spec.init_cache(1, 0), self.replicated)
-        width = prompt_bucket(len(tokens))
+        width = prefill_bucket(len(tokens))
         ids = np.zeros(width, np.int32)
         ids[: len(tokens)] = tokens
         valid = np.arange(width) < len(tokens)
@@ -245,6 +254,36 @@ class ContinuousEngine:
             out_shardings=self.replicated,
         )
         return to_host(fn(state))
+
+
+def admission_chunks(taken: Sequence[_Item], start: int) -> list[list[_Item]]:
+    """The admitted copies (queue order, copies of a prompt adjacent) cut into `admit` calls.
+
+    A call prefills U = pow2(distinct prompts) suffixes padded to one `prefill_bucket`, and padding
+    is computed like real tokens, so a call grows only while U x width stays within ADMIT_TOKENS
+    (a longer prompt is prefilled alone):
+
+        suffixes 1,233 / 1,006 / 953 / 858 tokens -> 1 x 1,280 | 2 x 1,024 | 1 x 896
+            (4,224 tokens computed for 4,050; one call of 4 x 1,536 would compute 6,144)
+        40 suffixes of 50 tokens -> calls of 32 x 64, then 8 x 64
+    """
+    chunks: list[list[_Item]] = []
+    chunk: list[_Item] = []
+    prompts: set[int] = set()
+    longest = 0
+    for it in taken:
+        n = len(it.prompt.tokens) - start
+        new = id(it.prompt) not in prompts
+        cost = pow2_at_least(len(prompts) + new, 1) * prefill_bucket(max(longest, n))
+        if chunk and new and cost > ADMIT_TOKENS:
+            chunks.append(chunk)
+            chunk, prompts, longest = [], set(), 0
+        chunk.append(it)
+        prompts.add(id(it.prompt))
+        longest = max(longest, n)
+    if chunk:
+        chunks.append(chunk)
+    return chunks
 
 
 def engine_shape(
@@ -331,30 +370,31 @@ def run_continuous(
                 prefixes[head.group] = engine.prefix(group.tokens)
                 stats["prefill_tokens"] += len(group.tokens)
                 stats["prefix_tokens"] += len(group.tokens)
-            distinct: dict[int, int] = {}
-            for it in taken:
-                distinct.setdefault(id(it.prompt), len(distinct))
-            uniq = {distinct[id(it.prompt)]: it.prompt for it in taken}
             start = len(group.tokens)
-            suffixes = [uniq[k].tokens[start:] for k in range(len(uniq))]
-            u, r = pow2_at_least(len(uniq), 1), pow2_at_least(len(taken), 1)
-            width = prompt_bucket(max(len(s) for s in suffixes))
-            tokens = np.zeros((u, width), np.int32)
-            valid = np.zeros((u, width), bool)
-            for k, s in enumerate(suffixes):
-                tokens[k, : len(s)] = s
-                valid[k, : len(s)] = True
-                stats["prefill_tokens"] += len(s)
-            stats["prompt_tokens"] += sum(len(p.tokens) for p in uniq.values())
-            dst = np.full(r, rows, np.int32)
-            src = np.zeros(r, np.int32)
-            for k, it in enumerate(taken):
-                row = free.pop(0)
-                dst[k], src[k] = row, distinct[id(it.prompt)]
-                occupant[row] = it
-            batch = AdmitBatch(tokens, valid, np.int32(start), dst, src, _settings(taken, r))
-            state = engine.admit(state, prefixes[head.group], batch, seed)
-            stats["admissions"] += 1
+            for chunk in admission_chunks(taken, start):
+                distinct: dict[int, int] = {}
+                for it in chunk:
+                    distinct.setdefault(id(it.prompt), len(distinct))
+                uniq = {distinct[id(it.prompt)]: it.prompt for it in chunk}
+                suffixes = [uniq[k].tokens[start:] for k in range(len(uniq))]
+                u, r = pow2_at_least(len(uniq), 1), pow2_at_least(len(chunk), 1)
+                width = prefill_bucket(max(len(s) for s in suffixes))
+                tokens = np.zeros((u, width), np.int32)
+                valid = np.zeros((u, width), bool)
+                for k, s in enumerate(suffixes):
+                    tokens[k, : len(s)] = s
+                    valid[k, : len(s)] = True
+                    stats["prefill_tokens"] += len(s)
+                stats["prompt_tokens"] += sum(len(p.tokens) for p in uniq.values())
+                dst = np.full(r, rows, np.int32)
+                src = np.zeros(r, np.int32)
+                for k, it in enumerate(chunk):
+                    row = free.pop(0)
+                    dst[k], src[k] = row, distinct[id(it.prompt)]
+                    occupant[row] = it
+                batch = AdmitBatch(tokens, valid, np.int32(start), dst, src, _settings(chunk, r))
+                state = engine.admit(state, prefixes[head.group], batch, seed)
+                stats["admissions"] += 1
         want = len(free) + min(len(queue), refill) if queue else rows + 1
         state = engine.decode(state, seed, want)
         done, length, reason, toks, steps = engine.peek(state)

@@ -47,6 +47,20 @@ def prompt_bucket(n: int) -> int:
     return three_quarters if three_quarters >= max(n, MIN_BUCKET) and p > 32 else p
 
 
+def prefill_bucket(n: int) -> int:
+    """`prompt_bucket` up to 256, then four widths per octave (320, 384, 448, 512, 640, ...) >= n.
+
+    The continuous engine's prefill widths (`gen_engine.admission_chunks`): a prefill computes
+    every padded token, so long prompts pad by less than a quarter octave (1,233 -> 1,280, where
+    `prompt_bucket` gives 1,536). Never above `prompt_bucket(n)`, so a suffix fits the slots that
+    `engine_shape` reserves.
+    """
+    if n <= 256:
+        return prompt_bucket(n)
+    step = 1 << ((int(n) - 1).bit_length() - 3)  # 2**k < n <= 2**(k+1): steps of 2**(k-2)
+    return -(-int(n) // step) * step
+
+
 @dataclasses.dataclass(frozen=True)
 class Prompt:
     """One distinct request: its (truncated) prompt tokens, settings and output rows."""

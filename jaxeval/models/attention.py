@@ -362,7 +362,7 @@ def cache_attend(
             window=window, scale=scale, softcap=softcap, block=new_block, init=state,
         )  # fmt: skip
         return out
-    causal = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]  # [T(query), T(key)]
+    causal = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]  # [T, T]: query, key
     allowed = new_ok[:, None, :] & causal[None]
     if window is not None:
         allowed &= (q_positions[:, :, None] - q_positions[:, None, :]) < window

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+import types
 
 import numpy as np
 import pytest
@@ -156,7 +157,7 @@ def test_sampling_invariant_under_refill_order():
 
 
 def test_compile_count_bounded_by_buckets():
-    from jaxeval.lm.gen_plan import prompt_bucket
+    from jaxeval.lm.gen_plan import prefill_bucket
 
     gen = generator(batch_size=2, min_prefix=16)
     requests = greedy_requests() + [(PREFIX + "Q: why?\nA:", {"max_gen_toks": 8})] * 2
@@ -171,7 +172,7 @@ def test_compile_count_bounded_by_buckets():
     prefixes = {k for k in keys if k[0] == "prefix"}
     # the bound: per engine shape init + decode + peek, one prefix prefill per prefix bucket, and
     # one admit per (U <= R in powers of two <= B, prefix bucket or 0, suffix bucket)
-    buckets = sorted({prompt_bucket(n) for n in range(1, 129)})
+    buckets = sorted({prefill_bucket(n) for n in range(1, 129)})
     rows_pairs = [(u, r) for r in (1, 2) for u in (1, 2) if u <= r]
     prefix_buckets = [0] + [k[1] for k in prefixes]
     bound = len(engines) * (3 + len(rows_pairs) * len(prefix_buckets) * len(buckets)) + len(
@@ -201,3 +202,37 @@ def test_sliding_window_family_refill(family):
     cont = Generator(model=model, tokenizer=tok, max_length=128, batch_size=2, refill_rows=1)
     static = Generator(model=model, tokenizer=tok, max_length=128, batch_size=8, continuous=False)
     assert cont.generate_tokens(requests) == static.generate_tokens(requests)
+
+
+def test_admission_chunks_bound_the_padded_prefill():
+    """Long prompts prefill alone or in pairs within ADMIT_TOKENS; short ones batch; copies of a
+    prompt stay in one call; every item is admitted once, in queue order (the docstring's case)."""
+    from jaxeval.lm.gen_engine import ADMIT_TOKENS, _Item, admission_chunks
+    from jaxeval.lm.gen_plan import pow2_at_least, prefill_bucket
+
+    def item(n, copy=0, prompt=None):
+        pr = prompt or types.SimpleNamespace(tokens=tuple(range(n)))
+        return _Item(pr, copy, 0, 0)
+
+    long = [item(n) for n in (1233, 1006, 953, 858)]
+    chunks = admission_chunks(long, 0)
+    assert [[len(it.prompt.tokens) for it in c] for c in chunks] == [[1233], [1006, 953], [858]]
+    shared = item(50)
+    short = [item(50) for _ in range(39)] + [shared, item(50, 1, shared.prompt)]
+    chunks = admission_chunks(short, 0)
+    assert [len(c) for c in chunks] == [32, 9]  # 32 x 64 = ADMIT_TOKENS; the copy joins its prompt
+    for items in (long, short):
+        chunks = admission_chunks(items, 0)
+        assert [it for c in chunks for it in c] == items
+        for c in chunks:
+            prompts = {id(it.prompt) for it in c}
+            width = prefill_bucket(max(len(it.prompt.tokens) for it in c))
+            assert len(prompts) == 1 or pow2_at_least(len(prompts), 1) * width <= ADMIT_TOKENS
+
+
+def test_prefill_bucket_is_finer_than_prompt_bucket():
+    from jaxeval.lm.gen_plan import prefill_bucket, prompt_bucket
+
+    assert [prefill_bucket(n) for n in (100, 257, 858, 1233, 5000)] == [128, 320, 896, 1280, 5120]
+    assert all(n <= prefill_bucket(n) <= prompt_bucket(n) for n in range(1, 20000))
+    assert all(prefill_bucket(n) < 1.25 * n for n in range(257, 20000))  # under a quarter octave
