@@ -309,7 +309,7 @@ def cache_attend(
     """Attention of T queries at slots [index, index + T): over layer `layer` of a stacked cache
     holding the slots before `index`, and over this call's own keys `k_new` / `v_new`, which the
     caller writes into the cache afterwards (`decoder.forward_cached`: one write per call, after
-    the layer scan, so the cache never rides in the scan's carry, where XLA copies it per layer).
+    the layer scan, so the cache is read in the scan but never carried through it).
 
     `index` is one slot for every row ([]) or each row's own ([B], continuous batching: rows that
     started at different times). Walks cache blocks of `block` slots with an online softmax and
