@@ -46,6 +46,7 @@ from jaxeval.kernels.stop_match import empty_buffer
 
 from jaxeval.mesh import constrain_rows
 from jaxeval.models.contract import DecoderModel
+from jaxeval.models.decoder import ROW_AXES, SLOT_AXES
 from jaxeval.shapes import Bool, Float, Int
 
 # 1-D shape annotations as names: a lone letter in a string reads as an undefined name to linters
@@ -73,7 +74,7 @@ class RowSettings(NamedTuple):
 class EngineState(NamedTuple):
     """Everything the engine carries between calls (on device, rows sharded; donated each call)."""
 
-    cache: Any  # KVCache: k, v [L, B, C, G, E]; valid, positions [B, C]
+    cache: Any  # KVCache: k [L, B, G, E, C], v [L, B, G, C, E]; valid, positions [B, C]
     settings: RowSettings
     index: IntB  # slots written = position of the next token fed
     last: IntB  # the last token picked (fed next)
@@ -202,21 +203,16 @@ def admit(
     the logits at the prompt's last token and records it; `repeats` copies share the prefill.
     """
     u, p = batch.tokens.shape
-    sp = prefix.k.shape[2]
+    sp = prefix.valid.shape[1]
     start = jnp.asarray(batch.start, jnp.int32)
     fresh = model.init_cache(u, p)
 
-    def stack(a, b):  # the prefix (1 row) broadcast to U rows, then the suffix's slots
-        return jnp.concatenate([jnp.broadcast_to(a, a.shape[:1] + (u,) + a.shape[2:]), b], axis=2)
+    def stack(a, b, row, slot):  # the prefix (1 row) broadcast to U rows, then the suffix's slots
+        shape = list(a.shape)
+        shape[row] = u
+        return jnp.concatenate([jnp.broadcast_to(a, shape).astype(b.dtype), b], axis=slot)
 
-    small = fresh._replace(
-        k=stack(prefix.k.astype(fresh.k.dtype), fresh.k),
-        v=stack(prefix.v.astype(fresh.v.dtype), fresh.v),
-        valid=jnp.concatenate([jnp.broadcast_to(prefix.valid, (u, sp)), fresh.valid], axis=1),
-        positions=jnp.concatenate(
-            [jnp.broadcast_to(prefix.positions, (u, sp)), fresh.positions], axis=1
-        ),
-    )
+    small = jax.tree.map(stack, prefix, fresh, ROW_AXES, SLOT_AXES)
     valid = batch.valid.astype(bool)
     positions = start + jnp.arange(p, dtype=jnp.int32)[None, :] * jnp.ones((u, 1), jnp.int32)
     h, small = model.forward_cached(params, small, batch.tokens, positions, valid, start)
@@ -242,17 +238,13 @@ def admit(
     w = sp + p
     cache = state.cache
 
-    def put(buf, new, row_dim):  # engine rows dst <- admitted rows (padding entries dropped)
-        if row_dim == 1:
-            return buf.at[:, dst, :w].set(new[:, batch.src].astype(buf.dtype), mode="drop")
-        return buf.at[dst, :w].set(new[batch.src].astype(buf.dtype), mode="drop")
+    def put(buf, new, row, slot):  # engine rows dst, slots [0, w) <- admitted rows (no padding)
+        at = [slice(None)] * buf.ndim
+        at[row], at[slot] = dst, slice(0, w)
+        new = jnp.take(new, batch.src, axis=row).astype(buf.dtype)
+        return buf.at[tuple(at)].set(new, mode="drop")
 
-    cache = cache._replace(
-        k=put(cache.k, small.k, 1),
-        v=put(cache.v, small.v, 1),
-        valid=put(cache.valid, small.valid, 0),
-        positions=put(cache.positions, small.positions, 0),
-    )
+    cache = jax.tree.map(put, cache, small, ROW_AXES, SLOT_AXES)
 
     def set_rows(buf, new):
         return buf.at[dst].set(new.astype(buf.dtype), mode="drop")

@@ -111,7 +111,7 @@ class GenerateResult(NamedTuple):
 
 def _constrain_cache(cache: Any, mesh: Mesh | None) -> Any:
     return cache._replace(
-        k=constrain_rows(cache.k, mesh, 1),  # [L, B, C, G, E]
+        k=constrain_rows(cache.k, mesh, 1),  # [L, B, ...]: rows on axis 1
         v=constrain_rows(cache.v, mesh, 1),
         valid=constrain_rows(cache.valid, mesh, 0),  # [B, C]
         positions=constrain_rows(cache.positions, mesh, 0),

@@ -223,7 +223,8 @@ class ContinuousEngine:
     def admit(self, state: EngineState, prefix: Any, batch: AdmitBatch, seed: Any) -> EngineState:
         u, p = batch.tokens.shape
         r = batch.dst.shape[0]
-        key = ("admit", self.rows, self.slots, self.n_new, self.sample, u, r, prefix.k.shape[2], p)
+        width = prefix.valid.shape[1]  # the prefix cache's slots
+        key = ("admit", self.rows, self.slots, self.n_new, self.sample, u, r, width, p)
         spec, mesh, sample = self.gen.spec, self.gen.mesh, self.sample
 
         def kernel(pa, st, s, pf, b, sd):

@@ -130,21 +130,18 @@ class _Online:
         return m, jnp.zeros((b, g, r, t), jnp.float32), jnp.zeros((b, g, r, t, e), jnp.float32)
 
     @staticmethod
-    def update(state, scores: jax.Array, allowed: jax.Array, v: jax.Array, heads_major=False):
-        """Folds one key block of Q keys in: scores [B, G, X, T, Q], allowed [B, T, Q],
-        v [B, Q, G, E] ([B, G, Q, E] when `heads_major`)."""
+    def update(state, scores: jax.Array, allowed: jax.Array, v: jax.Array, pv: str):
+        """Folds one key block of Q keys in: scores [..., Q] over the state's query axes (e.g.
+        [B, G, X, T, Q]), `allowed` broadcastable to them, `pv` the einsum of the weights and
+        the block's values `v` that gives the state's value layout."""
         m, total, acc = state
-        s = jnp.where(allowed[:, None, None], scores.astype(jnp.float32), MASKED)
+        s = jnp.where(allowed, scores.astype(jnp.float32), MASKED)
         m_new = jnp.maximum(m, s.max(axis=-1))  # [B, G, X, T]
         correction = jnp.exp(m - m_new)
         p = jnp.exp(s - m_new[..., None])  # [B, G, X, T, Q]
         total = total * correction + p.sum(axis=-1)
         pv = jnp.einsum(
-            "bgrqk,bgke->bgrqe" if heads_major else "bgrqk,bkge->bgrqe",
-            p.astype(v.dtype),
-            v,
-            precision=HIGHEST,
-            preferred_element_type=jnp.float32,
+            pv, p.astype(v.dtype), v, precision=HIGHEST, preferred_element_type=jnp.float32
         )
         return m_new, total, acc * correction[..., None] + pv
 
@@ -273,7 +270,7 @@ def blocked_attend(
                 s = s * scale.astype(qb.dtype)
                 if softcap is not None:
                     s = jnp.tanh(s / softcap) * softcap
-                return _Online.update(state, s, allowed, vb, heads_major=True)
+                return _Online.update(state, s, allowed[:, None, None], vb, "bgrqk,bgke->bgrqe")
 
             return jax.lax.cond(row_flags[kj], visit, lambda s: s, state)
 
@@ -290,8 +287,8 @@ def blocked_attend(
 
 def cache_attend(
     q: Float["B T H E"],
-    k_cache: Float["L B C G E"],
-    v_cache: Float["L B C G E"],
+    k_cache: Float["L B G E C"],
+    v_cache: Float["L B G C E"],
     layer: Int[""],
     slot_valid: Bool["B C"],
     slot_positions: Int["B C"],
@@ -324,11 +321,14 @@ def cache_attend(
     forward pass on CPU at T = 1,024).
     """
     b, t, h, e = q.shape
-    c, g = k_cache.shape[2], k_cache.shape[3]
+    g, c = k_cache.shape[2], k_cache.shape[4]
     r = h // g
     block = min(block, c)
     dtype = q.dtype
     qb = q.reshape(b, t, g, r, e)  # [B, T, G, X, E]
+    # The X query heads of a kv head and the T queries as one axis of X*T rows, so that each block
+    # is two plain matmuls per (row, kv head): [X*T, E] . [E, Q] and [X*T, Q] . [Q, E].
+    qm = qb.transpose(0, 2, 3, 1, 4).reshape(b, g, r * t, e)  # [B, G, X*T, E]
     index = jnp.asarray(index, jnp.int32)
     row_index = jnp.broadcast_to(index, (b,))  # [B]
     zero = jnp.zeros((), jnp.int32)
@@ -336,8 +336,11 @@ def cache_attend(
     def key_block(j, state):
         nominal = j * block
         start = jnp.minimum(nominal, c - block)
-        kb = jax.lax.dynamic_slice(k_cache, (layer, zero, start, zero, zero), (1, b, block, g, e))
-        vb = jax.lax.dynamic_slice(v_cache, (layer, zero, start, zero, zero), (1, b, block, g, e))
+        at = (layer, zero, zero, zero, start)
+        kb = jax.lax.dynamic_slice(k_cache, at, (1, b, g, e, block))[0]  # [B, G, E, Q]
+        at = (layer, zero, zero, start, zero)
+        vb = jax.lax.dynamic_slice(v_cache, at, (1, b, g, block, e))[0]  # [B, G, Q, E]
+        kb, vb = kb.astype(dtype), vb.astype(dtype)
         slots = start + jnp.arange(block, dtype=jnp.int32)  # [Q]
         ok = jax.lax.dynamic_slice_in_dim(slot_valid, start, block, axis=1)  # [B, Q]
         before = (slots[None, :] < row_index[:, None]) & (slots >= nominal)[None, :]  # [B, Q]
@@ -345,11 +348,19 @@ def cache_attend(
         if window is not None:
             k_pos = jax.lax.dynamic_slice_in_dim(slot_positions, start, block, axis=1)
             allowed &= (q_positions[:, :, None] - k_pos[:, None, :]) < window
-        scores = _scores(qb, kb[0].astype(dtype), scale, softcap)
-        return _Online.update(state, scores, allowed, vb[0].astype(dtype))
+        allowed = jnp.broadcast_to(allowed[:, None], (b, r, t, block)).reshape(b, 1, r * t, block)
+        # `_scores` on the transposed keys: scaled after the matmul, then soft-capped
+        scores = jnp.einsum("bgme,bgeq->bgmq", qm, kb, precision=HIGHEST) * scale.astype(dtype)
+        if softcap is not None:
+            scores = jnp.tanh(scores / softcap) * softcap
+        return _Online.update(state, scores, allowed, vb, "bgmq,bgqe->bgme")
 
     n_blocks = (jnp.max(row_index) + block - 1) // block  # blocks holding [0, index)
-    state = jax.lax.fori_loop(0, n_blocks, key_block, _Online.init(b, g, r, t, e))
+    m0, total0, acc0 = _Online.init(b, g, r * t, 1, e)  # [B, G, X*T, 1]: the rows-merged layout
+    state = (m0[..., 0], total0[..., 0], acc0[..., 0, :])
+    state = jax.lax.fori_loop(0, n_blocks, key_block, state)
+    m, total, acc = state  # back to [B, G, X, T] for the call's own keys
+    state = (m.reshape(b, g, r, t), total.reshape(b, g, r, t), acc.reshape(b, g, r, t, e))
     # this call's own keys, as the cache would hold them (its dtype), causal among themselves
     k_new = k_new.astype(k_cache.dtype).astype(dtype)
     v_new = v_new.astype(v_cache.dtype).astype(dtype)
@@ -366,7 +377,8 @@ def cache_attend(
     allowed = new_ok[:, None, :] & causal[None]
     if window is not None:
         allowed &= (q_positions[:, :, None] - q_positions[:, None, :]) < window
-    state = _Online.update(state, _scores(qb, k_new, scale, softcap), allowed, v_new)
+    scores = _scores(qb, k_new, scale, softcap)  # [B, G, X, T, T]
+    state = _Online.update(state, scores, allowed[:, None, None], v_new, "bgrqk,bkge->bgrqe")
     return _Online.finish(state, dtype).reshape(b, t, h, e)
 
 

@@ -27,21 +27,32 @@ from jaxeval.models.layers import HIGHEST, mlp, norm
 from jaxeval.models.rope import dynamic_inv_freq, rope_cos_sin
 from jaxeval.shapes import Bool, Float, Int
 
-# Packed rows of T >= BLOCKED_MIN_LENGTH attend block by block (`attention.blocked_attend`), in
-# blocks of 128 rows (512 from T = 2048 on); shorter rows use the dense scores. Chosen by measuring
-# `hidden` on CPU (docs/performance.md): blocked is 1.4x faster at T = 512, 3x at T = 2048.
-BLOCKED_MIN_LENGTH = 512
+# Rows of T >= BLOCKED_MIN_LENGTH attend block by block (`attention.blocked_attend`), in blocks of
+# the largest power of two <= T/4 (32 to 512: a grid length m 2^k, m = 4..7, is a whole number of
+# them); shorter rows use the dense scores. Chosen by timing `hidden` at SmolLM2-135M's shapes on
+# the 2-core CPU, 8,192 tokens a call, quiet (docs/performance.md): T = 128: dense 10.1 s, blocks
+# of 32 8.9 s; T = 256: dense 10.6 s, 64: 9.2 s; T = 1,024: 128: 11.7 s, 256: 10.6 s; T = 2,048:
+# 256: 13.5 s, 512: 13.2 s; T = 8,192: 512: 26.3 s, 1,024: 34.4 s. The dense [B, G, X, T, T]
+# scores cost more than the skipped blocks save from T = 128 on (the softmax passes over them, not
+# the matmuls), and a small block's loop overhead shows from T = 1,024 on.
+BLOCKED_MIN_LENGTH = 128
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
 # Cache slots per block of `attention.cache_attend` (prefill and decode).
-CACHE_BLOCK = 64
+CACHE_BLOCK = 128
 
 
 class KVCache(NamedTuple):
     """Keys/values for every layer plus per-slot bookkeeping; a pytree.
 
-    k, v       [L, B, C, G, E]  in the cache dtype
+    k          [L, B, G, E, C]  keys, transposed (slots minor), in the cache dtype
+    v          [L, B, G, C, E]  values, heads-major, in the cache dtype
     valid      [B, C] bool      slot holds a real (non-padding) token
     positions  [B, C] int32     that token's position (for sliding windows)
+
+    `ROW_AXES` and `SLOT_AXES` name each field's rows and slots axes. The two layouts make both attention matmuls over a cache block
+    contract over the right operand's major axis (q [X, E] . k [E, C'], p [X, C'] . v [C', E]),
+    the form XLA:CPU's dot runs at memory speed: with k, v as [L, B, C, G, E] a decode step's
+    attention over 1,400 slots took 104 ms for SmolLM2's 30 layers and 8 rows (docs/performance.md).
     """
 
     k: jax.Array
@@ -50,12 +61,16 @@ class KVCache(NamedTuple):
     positions: jax.Array
 
 
+ROW_AXES = KVCache(k=1, v=1, valid=0, positions=0)  # where each field keeps its B rows
+SLOT_AXES = KVCache(k=4, v=3, valid=1, positions=1)  # ... and its C slots
+
+
 def init_cache(spec, batch: int, length: int, dtype: Any) -> KVCache:
     """An empty cache of `length` slots per row (all slots invalid)."""
-    shape = (spec.num_layers, batch, length, spec.num_kv_heads, spec.head_dim)
+    lb, g, e = (spec.num_layers, batch), spec.num_kv_heads, spec.head_dim
     return KVCache(
-        k=jnp.zeros(shape, dtype),
-        v=jnp.zeros(shape, dtype),
+        k=jnp.zeros((*lb, g, e, length), dtype),
+        v=jnp.zeros((*lb, g, length, e), dtype),
         valid=jnp.zeros((batch, length), bool),
         positions=jnp.zeros((batch, length), jnp.int32),
     )
@@ -141,12 +156,15 @@ def attention_block_size(length: int, block: int | None = None) -> int:
     """The query/key block `hidden` uses at row length T = `length`; 0 = the dense path.
 
     `block` overrides the default (BLOCKED_MIN_LENGTH): 0 = dense, Q > 0 = blocks of Q when T > Q.
+
+        T   64  128  256  384  512  1,024  1,536  2,048  8,192
+        Q    0   32   64   64  128    256    256    512    512
     """
     if block is not None:
         return block if 0 < block < length else 0
     if length < BLOCKED_MIN_LENGTH:
         return 0
-    return 512 if length >= 2048 else 128
+    return min(512, 1 << (length // 4).bit_length() - 1)  # the largest power of two <= T/4
 
 
 def hidden(
@@ -222,7 +240,7 @@ def forward_cached(
     slots before `index` plus this call's own keys (`attention.cache_attend`), and the scan returns
     every layer's new keys/values [L, B, T, G, E]; one `dynamic_update_slice` (or scatter) after the
     scan writes them at (0, 0, index, 0, 0), in place on a loop-carried or donated buffer, so the
-    scan never has to update a carried [L, B, C, G, E] buffer in place layer by layer. (Measured on
+    scan never has to update a carried [L, B, ...] cache buffer in place layer by layer. (Measured on
     XLA:CPU at SmolLM2 shapes, the two layouts cost the same: a decode step does not grow with C at
     a fixed number of written slots; docs/performance.md.)
 
@@ -271,12 +289,16 @@ def forward_cached(
     layers = jnp.arange(spec.num_layers, dtype=jnp.int32)
     xs = (params["layers"], _layer_constants(spec), layers)
     x, (k, v) = jax.lax.scan(body, x, xs)  # k, v [L, B, T, G, E]: this call's keys and values
-    if per_row:  # k_all[:, r, index[r] + t] <- k[:, r, t]
-        k_all = cache.k.at[:, rows, slots].set(k, mode="drop")
-        v_all = cache.v.at[:, rows, slots].set(v, mode="drop")
+    if per_row:  # k_all[:, r, :, :, index[r] + t] <- k[:, r, t]: the indexed axes go first
+        k_rows = jnp.transpose(k, (1, 2, 0, 3, 4))  # [B, T, L, G, E]
+        v_rows = jnp.transpose(v, (1, 2, 0, 3, 4))
+        k_all = cache.k.at[:, rows, :, :, slots].set(k_rows, mode="drop")
+        v_all = cache.v.at[:, rows, :, slots].set(v_rows, mode="drop")
     else:
-        k_all = jax.lax.dynamic_update_slice(cache.k, k, (zero, zero, index, zero, zero))
-        v_all = jax.lax.dynamic_update_slice(cache.v, v, (zero, zero, index, zero, zero))
+        k_t = jnp.transpose(k, (0, 1, 3, 4, 2))  # [L, B, G, E, T]
+        v_t = jnp.transpose(v, (0, 1, 3, 2, 4))  # [L, B, G, T, E]
+        k_all = jax.lax.dynamic_update_slice(cache.k, k_t, (zero, zero, zero, zero, index))
+        v_all = jax.lax.dynamic_update_slice(cache.v, v_t, (zero, zero, zero, index, zero))
     x = norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
     return x, KVCache(k=k_all, v=v_all, valid=slot_valid, positions=slot_pos)
 

@@ -63,11 +63,12 @@ def logical_sharding(
 def cache_shardings(spec, mesh: Mesh, batch: int, length: int) -> Any:
     """NamedShardings for `spec.init_cache(batch, length)`: rows on the batch axes, kv heads on model.
 
-    k, v [L, B, C, G, E] -> (None, batch axes, None, model?, None); valid, positions [B, C] -> rows.
+    k [L, B, G, E, C], v [L, B, G, C, E] -> (None, batch axes, model?, None, None); valid,
+    positions [B, C] -> rows.
     """
     rows = rows_axis(mesh, batch)
     heads = logical_sharding(mesh, ("kv_heads",), (spec.num_kv_heads,)).spec[0]
-    kv = NamedSharding(mesh, PartitionSpec(None, rows, None, heads, None))
+    kv = NamedSharding(mesh, PartitionSpec(None, rows, heads, None, None))
     slots = NamedSharding(mesh, PartitionSpec(rows, None))
     return KVCache(k=kv, v=kv, valid=slots, positions=slots)
 

@@ -86,6 +86,7 @@ def test_shared_prefix_kv_equals_recomputation():
     from jaxeval.kernels.continuous import prefill_prefix
 
     from jaxeval.lm.encoding import Encoder
+    from jaxeval.models.decoder import SLOT_AXES
 
     model, tok = llama()
     spec, params = model.spec, model.params
@@ -102,11 +103,8 @@ def test_shared_prefix_kv_equals_recomputation():
         )
         prefix = prefill_prefix(params, tokens[:s], jnp.ones((s,), bool), model=spec)
         rest = spec.init_cache(1, n - s)
-        shared = rest._replace(
-            k=jnp.concatenate([prefix.k, rest.k], axis=2),
-            v=jnp.concatenate([prefix.v, rest.v], axis=2),
-            valid=jnp.concatenate([prefix.valid, rest.valid], axis=1),
-            positions=jnp.concatenate([prefix.positions, rest.positions], axis=1),
+        shared = jax.tree.map(
+            lambda a, b, axis: jnp.concatenate([a, b], axis=axis), prefix, rest, SLOT_AXES
         )
         h_sh, shared = spec.forward_cached(
             params, shared, tokens[None, s:], pos[:, s:], jnp.ones((1, n - s), bool), s

@@ -25,6 +25,11 @@ def _close(actual, expected, rtol: float = 1e-6):
     np.testing.assert_allclose(np.asarray(actual), expected, rtol=rtol, atol=atol)
 
 
+def _cache_layout(k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[L, B, C, G, E] keys and values -> the KV cache's layouts: k [L, B, G, E, C], v [L, B, G, C, E]."""
+    return k.transpose(0, 1, 3, 4, 2), v.transpose(0, 1, 3, 2, 4)
+
+
 def _packed_rows(t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Three rows of length T (>= 90) -> segment, parent, positions [3, T].
 
@@ -162,7 +167,11 @@ def test_cache_attend_equals_dense(t, index, window, new_block):
     allowed = attn.cache_mask(valid, jnp.int32(index), t)
     if window is not None:
         allowed = allowed & attn.window_mask(q_pos, slot_pos, window)
-    dense = attn.attend(q, k_all[layer], v_all[layer], allowed, scale=jnp.float32(0.3), softcap=3.0)
+    # np.asarray waits for the result: JAX may alias these numpy buffers on the CPU and compute
+    # asynchronously, and they are overwritten with garbage below.
+    dense = np.asarray(
+        attn.attend(q, k_all[layer], v_all[layer], allowed, scale=jnp.float32(0.3), softcap=3.0)
+    )
     # This call's own keys/values come as arguments; the cache holds only the slots before
     # `index`. Its slots from `index` to the end of the last visited block hold garbage (read,
     # masked), and past that NaN: neither may reach the output.
@@ -194,7 +203,7 @@ def test_cache_attend_equals_dense(t, index, window, new_block):
             block=block,
             new_block=new_block,
         )
-    )(q, k_all, v_all, jnp.int32(index))
+    )(q, *_cache_layout(k_all, v_all), jnp.int32(index))
     real = np.asarray(valid[:, index : index + t])
     _close(np.asarray(blocked)[real], np.asarray(dense)[real])
     assert np.isfinite(np.asarray(blocked)).all()

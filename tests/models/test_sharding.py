@@ -57,7 +57,7 @@ def test_sharded_cached_decoding_equals_single_device(models):
     mesh = make_mesh("data_model", model=2)  # 2 kv heads split over model = 2
     params = jax.device_put(loaded.params, param_shardings(spec, mesh))
     cache_sh = cache_shardings(spec, mesh, 4, 16)
-    assert cache_sh.k.spec == jax.sharding.PartitionSpec(None, "data", None, "model", None)
+    assert cache_sh.k.spec == jax.sharding.PartitionSpec(None, "data", "model", None, None)
     rng = np.random.default_rng(2)
     tokens = rng.integers(0, spec.vocab_size, (4, 12)).astype(np.int32)
     valid = np.ones((4, 12), bool)
