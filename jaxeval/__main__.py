@@ -1,5 +1,5 @@
 import sys
 
-from jaxeval.cli import main
+from jaxeval.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

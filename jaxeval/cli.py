@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from jaxeval.errors import JaxevalError
+from jaxeval.startup import hide_torch_from_transformers
 
 log = logging.getLogger("jaxeval")
 SUBCOMMANDS = ("run", "ls", "tasks", "validate", "demo", "plan")
@@ -418,5 +419,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def entry() -> int:
+    """The `jaxeval` command and `python -m jaxeval`: a process of its own, so transformers is told
+    first that torch is absent (`jaxeval.startup`), then `main` runs."""
+    hide_torch_from_transformers()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())
