@@ -96,7 +96,8 @@ metric_list:
 CASES = {
     "arc0": ("arc_easy_bench", ["--limit", "100"]),
     "arc0_full": ("arc_easy_bench", []),
-    "arc25": ("arc_easy_bench", ["--num_fewshot", "25", "--limit", "10"]),
+    "arc25": ("arc_easy_bench", ["--num_fewshot", "25", "--limit", "100"]),
+    "arc25_10": ("arc_easy_bench", ["--num_fewshot", "25", "--limit", "10"]),
     "lambada": ("lambada_bench", ["--limit", "100"]),
     "wikitext": ("wikitext_bench", []),
 }
@@ -118,6 +119,7 @@ def write_tasks(root: pathlib.Path, pages: int) -> pathlib.Path:
 
 
 def matmul_peak() -> float:
+    """float32 FLOP/s of `torch.mm` at 2048^3, best of 5 (MFU's denominator for both tools)."""
     import torch
 
     n = 2048
@@ -129,6 +131,20 @@ def matmul_peak() -> float:
         torch.mm(x, x)
         best = min(best, time.perf_counter() - t)
     return 2 * n**3 / best
+
+
+def xla_matmul_peak() -> float:
+    """The same for XLA:CPU's `jnp.dot` (what jaxeval's kernels can reach), in a subprocess."""
+    code = (
+        "import time, jax, jax.numpy as jnp\n"
+        "x = jnp.ones((2048, 2048)); f = jax.jit(lambda a: a @ a)\n"
+        "f(x).block_until_ready(); best = 1e9\n"
+        "for _ in range(5):\n"
+        "    t = time.perf_counter(); f(x).block_until_ready(); best = min(best, time.perf_counter() - t)\n"
+        "print(2 * 2048**3 / best)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 def flops_per_token(shape: dict, context: float) -> tuple[float, float]:
@@ -185,8 +201,12 @@ def main(argv=None) -> int:
     root = pathlib.Path(tempfile.mkdtemp(prefix="jaxeval-bench-"))
     tasks = write_tasks(root, args.pages)
     xla_cache = root / "xla"
-    peak = matmul_peak()
-    print(f"matmul peak {peak / 1e9:.0f} GFLOP/s; load {os.getloadavg()}", flush=True)
+    peak, xla_peak = matmul_peak(), xla_matmul_peak()
+    print(
+        f"matmul peak: torch {peak / 1e9:.0f}, XLA {xla_peak / 1e9:.0f} GFLOP/s;"
+        f" load {os.getloadavg()}",
+        flush=True,
+    )
     venv_bin = pathlib.Path(sys.executable).parent
     env = {**os.environ, **ENV, "JAXEVAL_COMPILATION_CACHE": str(xla_cache)}
     rows = []
@@ -213,8 +233,9 @@ def main(argv=None) -> int:
             cmd = [exe, *common, "--output_path", str(out)]
             row[who] = run(cmd, env, root / f"{case}_{who}.log")
             if who.startswith("jaxeval"):
-                stats = results_of(out).get("config", {}).get("scoring_stats", {})
-                row[who + "_stats"] = stats
+                config = results_of(out).get("config", {})
+                row[who + "_stats"] = config.get("scoring_stats", {})
+                row[who + "_timing"] = config.get("timing", {})
             else:
                 row["lm_eval_tokens"] = request_tokens(out, tok)
             print(f"  {case} {who}: {row[who]:.1f} s", flush=True)
@@ -234,7 +255,10 @@ def main(argv=None) -> int:
         row["lm_eval_tokens"] = sum(lens)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if "stats" not in k}), flush=True)
-    report = {"model": args.model, "peak_flops": peak, "rows": rows}
+        if args.out:  # after every case, so a long run keeps what it measured
+            partial = {"model": args.model, "peak_flops": peak, "rows": rows}
+            pathlib.Path(args.out).write_text(json.dumps(partial, indent=1))
+    report = {"model": args.model, "peak_flops": peak, "xla_peak_flops": xla_peak, "rows": rows}
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps(report, indent=1))
     print_table(report)
@@ -246,9 +270,10 @@ def print_table(report: dict) -> None:
     print(
         "| case | lm-eval s | jaxeval cold s | jaxeval warm s | ratio cold | ratio warm | "
         "efficiency | compilations cold / warm | cache hits warm | compile s cold / warm | "
-        "lm-eval MFU | jaxeval MFU (warm, whole process) |"
+        "lm-eval MFU | jaxeval MFU (warm, whole process) | warm: load / evaluate / first batch"
+        " after load s |"
     )
-    print("|" + "---|" * 12)
+    print("|" + "---|" * 13)
     for r in report["rows"]:
         c, w = r.get("jaxeval_cold_stats", {}), r.get("jaxeval_warm_stats", {})
         print(
@@ -259,8 +284,14 @@ def print_table(report: dict) -> None:
             f"{c.get('compilations', '?')} / {w.get('compilations', '?')} | "
             f"{w.get('cache_hits', '?')} | "
             f"{c.get('compile_s', float('nan')):.1f} / {w.get('compile_s', float('nan')):.1f} | "
-            f"{r.get('lm_eval_mfu', float('nan')):.2f} | {r.get('jaxeval_mfu_warm', float('nan')):.2f} |"
+            f"{r.get('lm_eval_mfu', float('nan')):.2f} | {r.get('jaxeval_mfu_warm', float('nan')):.2f} | "
+            f"{_timing(r.get('jaxeval_warm_timing', {}))} |"
         )
+
+
+def _timing(t: dict) -> str:
+    keys = ("model_s", "evaluate_s", "first_batch_after_model_s")
+    return " / ".join(f"{t[k]:.1f}" if k in t else "?" for k in keys)
 
 
 if __name__ == "__main__":

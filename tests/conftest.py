@@ -58,6 +58,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _collecting[0] = False
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): one worker per core, at most 4 (each holds JAX, torch and
+    lm-eval: ~1.5 GB). `-n 0` runs in this process."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if READ_BESIDE_REPO:
         sys.stderr.write(
@@ -74,10 +80,22 @@ def data_root() -> pathlib.Path:
     return TEST_DATA
 
 
+_BESIDE_REPORTED = [0]  # READ_BESIDE_REPO entries already blamed on a test
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
+    if report.when == "teardown" and len(READ_BESIDE_REPO) > _BESIDE_REPORTED[0]:
+        # per test, so that it also fails under pytest-xdist, whose workers' session status is lost
+        read = sorted(set(READ_BESIDE_REPO[_BESIDE_REPORTED[0] :]))
+        _BESIDE_REPORTED[0] = len(READ_BESIDE_REPO)
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} read files outside the repository: {read[:5]}; copy the rows it needs"
+            " into tests/data (tests/helpers/copy_rows.py)"
+        )
     if report.skipped and isinstance(report.longrepr, tuple):
         reason = str(report.longrepr[2])
         if any(word in reason.lower() for word in _MISSING_DATA):

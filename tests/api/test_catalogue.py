@@ -130,8 +130,8 @@ def test_unknown_hf_metric_is_a_clear_error(tmp_path):
 
 def test_missing_package_names_the_extra(tm, monkeypatch):
     monkeypatch.setitem(sys.modules, "langdetect", None)  # as if the extra were not installed
-    for name in list(sys.modules):
-        if name.startswith("lm_eval.tasks.leaderboard.ifeval"):
+    for name in list(sys.modules):  # the helper and the ifeval modules it imports, if loaded before
+        if name.startswith(("lm_eval.tasks.leaderboard.ifeval", "lm_eval.tasks.ifeval")):
             monkeypatch.delitem(sys.modules, name)
     with pytest.raises(JaxevalError, match=r"jaxeval\[leaderboard\]"):
         tm.task_config("leaderboard_ifeval")
