@@ -85,13 +85,18 @@ def window_mask(q_positions: Int["B T"], k_positions: Int["B J"], window: Int[""
     return (q_positions[:, :, None] - k_positions[:, None, :]) < window
 
 
-def _scores(q: jax.Array, k: jax.Array, scale, softcap: float | None) -> jax.Array:
-    """q [B, T, G, X, E] . k [B, J, G, E] -> [B, G, X, T, J] in the compute dtype, scaled after the
-    matmul (HF's order), then soft-capped (Gemma-2) before any mask."""
-    s = jnp.einsum("btgre,bsge->bgrts", q, k, precision=HIGHEST) * scale.astype(q.dtype)
+def _scaled(s: jax.Array, scale, softcap: float | None) -> jax.Array:
+    """Raw q.k scores in the compute dtype, scaled after the matmul (HF's order), then soft-capped
+    (Gemma-2); the mask comes after. Every attention path applies this one rule."""
+    s = s * scale.astype(s.dtype)
     if softcap is not None:
         s = jnp.tanh(s / softcap) * softcap
     return s
+
+
+def _scores(q: jax.Array, k: jax.Array, scale, softcap: float | None) -> jax.Array:
+    """q [B, T, G, X, E] . k [B, J, G, E] -> [B, G, X, T, J], `_scaled`."""
+    return _scaled(jnp.einsum("btgre,bsge->bgrts", q, k, precision=HIGHEST), scale, softcap)
 
 
 def attend(
@@ -125,9 +130,10 @@ class _Online:
     sum of exp, exp-weighted values."""
 
     @staticmethod
-    def init(b: int, g: int, r: int, t: int, e: int):
-        m = jnp.full((b, g, r, t), MASKED, jnp.float32)  # [B, G, X, T]
-        return m, jnp.zeros((b, g, r, t), jnp.float32), jnp.zeros((b, g, r, t, e), jnp.float32)
+    def init(queries: tuple[int, ...], e: int):
+        """No keys seen yet, for queries of shape `queries` (e.g. [B, G, X, T])."""
+        m = jnp.full(queries, MASKED, jnp.float32)
+        return m, jnp.zeros(queries, jnp.float32), jnp.zeros((*queries, e), jnp.float32)
 
     @staticmethod
     def update(state, scores: jax.Array, allowed: jax.Array, v: jax.Array, pv: str):
@@ -224,7 +230,7 @@ def blocked_attend(
             for x in (q, k, v, segment, parent, positions)
         )
         if init is not None:
-            fill = _Online.init(b, g, r, pad, e)
+            fill = _Online.init((b, g, r, pad), e)
             init = tuple(jnp.concatenate([a, f], axis=3) for a, f in zip(init, fill))
         out = blocked_attend(
             q, k, v, segment, parent, positions,
@@ -233,7 +239,7 @@ def blocked_attend(
         return out[:, :t]
     n = t // block
     if init is None:
-        init = _Online.init(b, g, r, t, e)
+        init = _Online.init((b, g, r, t), e)
     # per query block: [A, B, G, X, Q] max and sum, [A, B, G, X, Q, E] values
     m0, total0, acc0 = init
     starts = (
@@ -267,9 +273,7 @@ def blocked_attend(
                     allowed &= (pos_q - pos_k) < window
                 # `_scores` in the heads-major layout: scaled after the matmul, then soft-capped.
                 s = jnp.einsum("bgrqe,bgke->bgrqk", qb, kb, precision=HIGHEST)
-                s = s * scale.astype(qb.dtype)
-                if softcap is not None:
-                    s = jnp.tanh(s / softcap) * softcap
+                s = _scaled(s, scale, softcap)
                 return _Online.update(state, s, allowed[:, None, None], vb, "bgrqk,bgke->bgrqe")
 
             return jax.lax.cond(row_flags[kj], visit, lambda s: s, state)
@@ -349,15 +353,12 @@ def cache_attend(
             k_pos = jax.lax.dynamic_slice_in_dim(slot_positions, start, block, axis=1)
             allowed &= (q_positions[:, :, None] - k_pos[:, None, :]) < window
         allowed = jnp.broadcast_to(allowed[:, None], (b, r, t, block)).reshape(b, 1, r * t, block)
-        # `_scores` on the transposed keys: scaled after the matmul, then soft-capped
-        scores = jnp.einsum("bgme,bgeq->bgmq", qm, kb, precision=HIGHEST) * scale.astype(dtype)
-        if softcap is not None:
-            scores = jnp.tanh(scores / softcap) * softcap
+        scores = jnp.einsum("bgme,bgeq->bgmq", qm, kb, precision=HIGHEST)  # [B, G, X*T, Q]
+        scores = _scaled(scores, scale, softcap)
         return _Online.update(state, scores, allowed, vb, "bgmq,bgqe->bgme")
 
     n_blocks = (jnp.max(row_index) + block - 1) // block  # blocks holding [0, index)
-    m0, total0, acc0 = _Online.init(b, g, r * t, 1, e)  # [B, G, X*T, 1]: the rows-merged layout
-    state = (m0[..., 0], total0[..., 0], acc0[..., 0, :])
+    state = _Online.init((b, g, r * t), e)  # [B, G, X*T]: the rows-merged layout
     state = jax.lax.fori_loop(0, n_blocks, key_block, state)
     m, total, acc = state  # back to [B, G, X, T] for the call's own keys
     state = (m.reshape(b, g, r, t), total.reshape(b, g, r, t), acc.reshape(b, g, r, t, e))
