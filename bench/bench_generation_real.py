@@ -215,19 +215,17 @@ def main(argv=None) -> int:
             print(
                 row["case"], name, {k: v for k, v in res[name].items() if k != "texts"}, flush=True
             )
-        row["identical_static_continuous"] = (
-            res["static"]["texts"]
-            == res["continuous"]["texts"]
-            == res["continuous+prefix"]["texts"]
-        )
+        texts = [json.dumps(v["texts"]) for v in res.values()]
+        row["identical_in_process"] = len(set(texts)) == 1 if len(texts) > 1 else None
         for v in res.values():
             v.pop("texts")
         row["in_process"] = res
         # decode bandwidth bound: weights once per step for B rows + each row's KV at its mean context
         n_params = spec.param_count(model.params) if hasattr(spec, "param_count") else 0
         kv_per_slot = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 4
-        prompt = res["continuous"]["prompt_tokens"] / max(1, len(requests))
-        gen_tok = res["continuous"]["generated_tokens"] / max(1, len(requests))
+        ref = res.get("continuous") or res["continuous+prefix"]
+        prompt = ref["prompt_tokens"] / max(1, len(requests))
+        gen_tok = ref["generated_tokens"] / max(1, len(requests))
         ctx = prompt + gen_tok / 2
         rows = int(args.batch_size)
         per_token = 4 * n_params / rows + kv_per_slot * ctx
@@ -242,7 +240,26 @@ def main(argv=None) -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(table, f, indent=1, default=str)
+    print_table(table)
     return 0
+
+
+def print_table(table: list[dict]) -> None:
+    print(
+        "| case | generated tokens | lm-eval s | jaxeval s | whole-process ratio | strings identical |"
+        " tok/s whole process, lm-eval / jaxeval | jaxeval in process warm s (tok/s) |"
+    )
+    print("|" + "---|" * 8)
+    for r in table:
+        n = r.get("jaxeval_tokens", 0)
+        lm, jx = r.get("lm_eval_s"), r["jaxeval_s"]
+        warm = r.get("in_process", {}).get("continuous+prefix", {}).get("warm_s")
+        print(
+            f"| {r['case']} | {n} | {lm or float('nan'):.1f} | {jx:.1f} | "
+            f"{(lm or float('nan')) / jx:.2f}x | {r.get('identical', '?')} | "
+            f"{n / (lm or float('nan')):.1f} / {n / jx:.1f} | "
+            + (f"{warm:.1f} ({n / warm:.1f}) |" if warm else "- |")
+        )
 
 
 if __name__ == "__main__":

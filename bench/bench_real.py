@@ -271,7 +271,7 @@ def print_table(report: dict) -> None:
         "| case | lm-eval s | jaxeval cold s | jaxeval warm s | ratio cold | ratio warm | "
         "efficiency | compilations cold / warm | cache hits warm | compile s cold / warm | "
         "lm-eval MFU | jaxeval MFU (warm, whole process) | warm: load / evaluate / first batch"
-        " after load s |"
+        " starts after load s |"
     )
     print("|" + "---|" * 13)
     for r in report["rows"]:
@@ -290,7 +290,7 @@ def print_table(report: dict) -> None:
 
 
 def _timing(t: dict) -> str:
-    keys = ("model_s", "evaluate_s", "first_batch_after_model_s")
+    keys = ("model_s", "evaluate_s", "first_batch_start_after_model_s")
     return " / ".join(f"{t[k]:.1f}" if k in t else "?" for k in keys)
 
 

@@ -196,17 +196,22 @@ def _reports(model: Any) -> bool:
     return reports_results(model)
 
 
-def _timing(clock: dict[str, float], first_scored_at: float | None) -> dict[str, float]:
+def _timing(clock: dict[str, float], model: Any) -> dict[str, float]:
     """Seconds spent loading tasks, building the model, evaluating; and from the model being
-    built to the first scoring batch's results (requests built, planned, compiled or loaded from
-    the persistent cache, and run)."""
+    built to the first scoring batch handed to the device (requests built, planned, its shape
+    compiled or loaded from the persistent cache) and to its results."""
     out = {
         "tasks_s": clock["tasks"] - clock["start"],
         "model_s": clock["model"] - clock["tasks"],
         "evaluate_s": clock["evaluated"] - clock["model"],
     }
-    if first_scored_at is not None and first_scored_at >= clock["model"]:
-        out["first_batch_after_model_s"] = first_scored_at - clock["model"]
+    for name, attr in (
+        ("first_batch_start_after_model_s", "first_dispatched_at"),
+        ("first_batch_after_model_s", "first_scored_at"),
+    ):
+        at = getattr(model, attr, None)
+        if at is not None and at >= clock["model"]:
+            out[name] = at - clock["model"]
     return {k: round(v, 3) for k, v in out.items()}
 
 
@@ -350,7 +355,7 @@ def simple_evaluate(
         "torch_seed": torch_random_seed,
         "fewshot_seed": fewshot_random_seed,
     }
-    results["config"]["timing"] = _timing(clock, getattr(base, "first_scored_at", None))
+    results["config"]["timing"] = _timing(clock, base)
     if use_cache is not None and hasattr(
         lm, "cache_stats"
     ):  # answers served from the file / computed

@@ -187,6 +187,7 @@ class JaxLM(LM):
         self.last_plan: ScorePlan | None = None
         self.stats: dict[str, float] = {}  # the last scoring call
         self.first_scored_at: float | None = None  # perf_counter() when the first batch came back
+        self.first_dispatched_at: float | None = None  # ... when it was handed to the device
         self.totals: dict[str, float] = {}  # every scoring call so far (reported in model_info)
 
     @staticmethod
@@ -415,11 +416,15 @@ class JaxLM(LM):
             bar.update(n_requests)
             bar.set_postfix(tok_s=f"{done['tokens'] / max(1e-9, time.perf_counter() - t0):.0f}")
 
+        def on_dispatch() -> None:
+            self.first_dispatched_at = self.first_dispatched_at or time.perf_counter()
+
         ll, greedy = self.scorer.run_plan(
             plan,
             on_batch=on_batch,
             on_answers=on_answers,
             skip=(lambda idx: all(int(i) in known for i in idx)) if known else None,
+            on_dispatch=on_dispatch,
         )
         for i, (value, is_greedy) in (known or {}).items():
             ll[i], greedy[i] = value, is_greedy

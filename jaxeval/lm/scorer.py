@@ -162,12 +162,14 @@ class Scorer:
         on_batch: Callable[[int, int], None] | None = None,
         on_answers: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
         skip: Callable[[np.ndarray], bool] | None = None,
+        on_dispatch: Callable[[], None] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Runs every batch of the plan; returns (loglik float32[R], is_greedy bool[R]) in request order.
 
         Batches are dispatched one ahead of the result fetch so the host never idles the device.
         `on_batch(n_requests, real_tokens)` is called after each batch's results arrive, and
-        `on_answers(request indices int[n], loglik float32[n], is_greedy bool[n])` with them.
+        `on_answers(request indices int[n], loglik float32[n], is_greedy bool[n])` with them, and
+        `on_dispatch()` as each batch is handed to the device (its executable ready).
         A batch whose request indices satisfy `skip(indices int[n])` is not run: its requests
         count as answered and keep NaN / False (the caller holds their answers: a resumed run).
         """
@@ -202,6 +204,8 @@ class Scorer:
                     continue
             fn = self.compiled(pb.bucket)
             batch = put_global(pb.batch, self.batch_sharding)
+            if on_dispatch is not None:
+                on_dispatch()
             pending.append((pb, fn(self.params, batch)))
             if len(pending) > 1:
                 collect(pending.pop(0))
