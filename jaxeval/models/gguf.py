@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from jaxeval.errors import JaxevalError
+from jaxeval.models import hf_weights
 from jaxeval.models.gguf_file import GGUFFile
 
 # GGUF `general.architecture` -> the transformers model_type we build from it (our families).
@@ -223,7 +224,7 @@ class GGUFCheckpoint:
         if permute:
             w = _unpermute(w, self._heads if ".attn_q." in name else self._kv_heads)
         if self._transposed(name):
-            w = np.ascontiguousarray(w.T)
+            w = hf_weights.transpose(w)
         if self._arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
             w = w - np.float32(1.0)
         if whole and rows is not None:

@@ -29,19 +29,60 @@ class Source:
     convert: Convert | None = None
 
 
-def linear(w: np.ndarray) -> np.ndarray:
-    """torch Linear [out, in] -> [in, out]."""
-    return np.ascontiguousarray(w.T)
+TRANSPOSE_ROWS = 64  # rows per strip in `transpose`
+
+
+def transpose(w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """A contiguous copy of the 2-D `w.T` (into `out` when given), written strip by strip.
+
+    `np.ascontiguousarray(w.T)` walks one of the two arrays with a stride of a whole row, so a large
+    matrix runs at about 0.5 GB/s here (a 1B model's linears: 11.6 s of a 17.7 s load); copying 64
+    source rows at a time keeps both sides in cache: 1.7 GB/s at [8192, 2048], 3-6 GB/s at [2048,
+    2048] and smaller (measured on the 2-core CPU).
+    """
+    rows, cols = w.shape
+    out = np.empty((cols, rows), w.dtype) if out is None else out
+    for start in range(0, rows, TRANSPOSE_ROWS):
+        out[:, start : start + TRANSPOSE_ROWS] = w[start : start + TRANSPOSE_ROWS].T
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Transposed:
+    """torch Linear [out, in] -> [in, out], then reshaped to `shape`, as a Convert; `into` writes the result straight into a preallocated contiguous slice (the loader's stacked
+    shard), saving a temporary copy of every linear."""
+
+    shape: tuple[int | str, ...]  # "in" / "out": that axis of the torch weight
+
+    def __call__(self, w: np.ndarray) -> np.ndarray:
+        return transpose(w).reshape(self._shape(w))
+
+    def into(self, w: np.ndarray, dest: np.ndarray) -> bool:
+        """Writes the conversion of `w` into `dest` (casting); False, untouched, if it can't."""
+        shape = self._shape(w)
+        if w.ndim != 2 or dest.shape != shape or w.size != dest.size or not dest.flags.c_contiguous:
+            return False
+        transpose(w, out=dest.reshape(w.shape[1], w.shape[0]))
+        return True
+
+    def _shape(self, w: np.ndarray) -> tuple[int, ...]:
+        return tuple(
+            w.shape[1] if d == "in" else w.shape[0] if d == "out" else d for d in self.shape
+        )
+
+
+linear = Transposed(("in", "out"))
+"""torch Linear [out, in] -> [in, out]."""
 
 
 def linear_heads(heads: int, dim: int) -> Convert:
     """torch Linear [heads*dim, in] -> [in, heads, dim]."""
-    return lambda w: np.ascontiguousarray(w.T).reshape(w.shape[1], heads, dim)
+    return Transposed(("in", heads, dim))
 
 
 def linear_out_heads(heads: int, dim: int) -> Convert:
     """torch Linear [out, heads*dim] -> [heads, dim, out]."""
-    return lambda w: np.ascontiguousarray(w.T).reshape(heads, dim, w.shape[0])
+    return Transposed((heads, dim, "out"))
 
 
 def split_heads(heads: int, dim: int) -> Convert:

@@ -168,11 +168,16 @@ def _load_leaf(
                 )
             rows = index[0] if index else None
             return reader.read(key, rows)[(slice(None), *index[1:])] if index else reader.read(key)
-        full = source.convert(reader.read(key))
-        if tuple(full.shape) != expected:
+        try:
+            full = source.convert(reader.read(key))
+        except ValueError:  # a reshape that cannot fit: the tensor has the wrong size
+            full = None
+        if full is None or tuple(full.shape) != expected:
             raise JaxevalError(
-                f"tensor {key!r} converts to shape {tuple(full.shape)}, expected {expected}",
+                f"tensor {key!r} has shape {reader.shape(key)}, which does not convert to the "
+                f"expected {expected}",
                 file=path,
+                hint="check that the weights match config.json",
             )
         return full[index]
 
@@ -182,8 +187,13 @@ def _load_leaf(
             return np.asarray(piece(source.key, index), dtype=dtype)
         layers = range(info.shape[0])[index[0]]
         out = None
+        into = getattr(source.convert, "into", None)
+        whole = all(s.indices(n) == (0, n, 1) for s, n in zip(index[1:], expected, strict=True))
         for j, i in enumerate(layers):  # fill one preallocated shard, one layer at a time
-            part = piece(source.key.format(i=i), index[1:])
+            key = source.key.format(i=i)
+            if into is not None and whole and out is not None and into(reader.read(key), out[j]):
+                continue  # converted in place: no temporary copy (else checked below)
+            part = piece(key, index[1:])
             if out is None:
                 out = np.empty((len(layers), *part.shape), dtype)
             out[j] = part

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import time
@@ -92,6 +93,41 @@ def test_missing_tensor_is_named(tiny, tmp_path):
     save_file(tensors, weights, metadata={"format": "pt"})
     with pytest.raises(JaxevalError, match=r"gpt_neox\.layers\.1\.attention\.dense\.weight"):
         load_model(path)
+
+
+def test_wrong_shape_in_a_later_layer_is_named(tiny, tmp_path):
+    """Layers after the first are converted straight into the stacked buffer; a bad one still gets
+    the named shape error, not a numpy broadcast error."""
+    from safetensors.numpy import load_file, save_file
+
+    path = _copy(tiny("llama"), str(tmp_path / "m"))
+    weights = os.path.join(path, "model.safetensors")
+    tensors = load_file(weights)
+    for name in ["model.layers.1.mlp.up_proj.weight", "model.layers.1.self_attn.q_proj.weight"]:
+        broken = dict(tensors, **{name: tensors[name][:-1]})  # q_proj: no longer whole heads
+        save_file(broken, weights, metadata={"format": "pt"})
+        with pytest.raises(JaxevalError, match=re.escape(name) + r".*does not convert"):
+            load_model(path)
+
+
+def test_strip_transpose_and_in_place_conversion():
+    from jaxeval.models import hf_weights
+
+    rng = np.random.default_rng(0)
+    for shape in [(1, 1), (3, 130), (130, 3), (64, 64), (65, 200), (200, 65)]:
+        w = rng.standard_normal(shape).astype(np.float32)
+        t = hf_weights.transpose(w)
+        assert t.flags.c_contiguous and np.array_equal(t, w.T)
+    w = rng.standard_normal((6, 4)).astype(np.float32)  # [heads*dim, in], 2 heads of 3
+    convert = hf_weights.linear_heads(2, 3)
+    dest = np.zeros((2, 4, 2, 3), np.float16)  # a stacked buffer of another dtype: cast on write
+    assert convert.into(w, dest[1])
+    assert np.array_equal(dest[1], convert(w).astype(np.float16)) and not dest[0].any()
+    assert np.array_equal(convert(w), w.T.reshape(4, 2, 3))
+    assert not convert.into(w[:5], dest[1])  # wrong shape: refused, untouched
+    assert np.array_equal(dest[1], convert(w).astype(np.float16))
+    out_heads = hf_weights.linear_out_heads(2, 2)  # [out, heads*dim] -> [heads, dim, out]
+    assert np.array_equal(out_heads(w), w.T.reshape(2, 2, 6))
 
 
 def test_missing_config_and_unknown_dir(tmp_path):
