@@ -4,8 +4,9 @@
 
 Per case it runs `lm_eval` and `jaxeval` with the same command line (`--model hf --model_args
 pretrained=DIR,gguf_file=NAME,dtype=float32 --device cpu --batch_size 8 --tasks T --include_path
-TASKS --limit N --log_samples`), times each whole process, checks the generated strings are
-identical and counts generated tokens (the raw responses, re-tokenized). Then, in this process,
+TASKS --limit N --log_samples`), times each whole process (jaxeval twice: with an empty compilation
+cache, then warm), checks the generated strings are identical and counts generated tokens (the raw
+responses, re-tokenized). Then, in this process,
 jaxeval's generation alone on the same requests: the static batches (`continuous=False`) against
 continuous batching with shared-prefix prefill, warm (compiled once, timed second). Finally the
 decode memory-bandwidth bound: bytes read per generated token (weights / rows + the row's KV) over
@@ -148,11 +149,12 @@ def main(argv=None) -> int:
         ]  # fmt: skip
         row = {"case": case, "docs": limit, "load_before": os.getloadavg()[0]}
         texts = {}
-        who_list = ([] if args.skip_lm_eval else ["lm_eval"]) + ["jaxeval"]
+        # jaxeval twice: cold (empty compilation cache), then warm (every executable from disk)
+        who_list = ([] if args.skip_lm_eval else ["lm_eval"]) + ["jaxeval", "jaxeval_warm"]
         for who in who_list:
             out = root / f"{case}_{who}"
             row[f"{who}_s"] = run(
-                [str(venv_bin / who), *common, "--output_path", str(out)],
+                [str(venv_bin / who.removesuffix("_warm")), *common, "--output_path", str(out)],
                 env,
                 root / f"{case}_{who}.log",
             )
@@ -164,6 +166,7 @@ def main(argv=None) -> int:
                 for r in rows
             ]
             print(case, who, f"{row[f'{who}_s']:.1f} s", row[f"{who}_tokens"], "tokens", flush=True)
+        row["identical_warm"] = texts["jaxeval_warm"] == texts["jaxeval"]
         if "lm_eval" in texts:
             row["identical"] = texts["lm_eval"] == texts["jaxeval"]
         row["load_after"] = os.getloadavg()[0]
@@ -246,18 +249,19 @@ def main(argv=None) -> int:
 
 def print_table(table: list[dict]) -> None:
     print(
-        "| case | generated tokens | lm-eval s | jaxeval s | whole-process ratio | strings identical |"
-        " tok/s whole process, lm-eval / jaxeval | jaxeval in process warm s (tok/s) |"
+        "| case | generated tokens | lm-eval s | jaxeval cold / warm s | whole-process ratio cold /"
+        " warm | strings identical | tok/s whole process, lm-eval / jaxeval warm |"
+        " jaxeval in process warm s (tok/s) |"
     )
     print("|" + "---|" * 8)
     for r in table:
         n = r.get("jaxeval_tokens", 0)
-        lm, jx = r.get("lm_eval_s"), r["jaxeval_s"]
+        lm = r.get("lm_eval_s") or float("nan")
+        jx, jw = r["jaxeval_s"], r["jaxeval_warm_s"]
         warm = r.get("in_process", {}).get("continuous+prefix", {}).get("warm_s")
         print(
-            f"| {r['case']} | {n} | {lm or float('nan'):.1f} | {jx:.1f} | "
-            f"{(lm or float('nan')) / jx:.2f}x | {r.get('identical', '?')} | "
-            f"{n / (lm or float('nan')):.1f} / {n / jx:.1f} | "
+            f"| {r['case']} | {n} | {lm:.1f} | {jx:.1f} / {jw:.1f} | {lm / jx:.2f}x / {lm / jw:.2f}x"
+            f" | {r.get('identical', '?')} | {n / lm:.1f} / {n / jw:.1f} | "
             + (f"{warm:.1f} ({n / warm:.1f}) |" if warm else "- |")
         )
 
