@@ -2,8 +2,9 @@
 
 A `Source` names the HF tensor (with `{i}` for the layer index of stacked leaves) and a `convert`
 function from the HF layout of ONE layer's tensor to the canonical layout of that layer's slice
-(`None` means identical layout, so the loader can read just the slice it needs). Examples, H = 2
-heads of E = 3, D = 4:
+(`None` means identical layout, so the loader can read just the slice it needs). A convert with an
+`into(w, dest) -> bool` method (`Transposed`) may write a layer straight into the loader's stacked
+buffer instead. Examples, H = 2 heads of E = 3, D = 4:
 
     torch Linear q_proj.weight [H*E, D] = [6, 4]   --linear_heads(2, 3)-->  q [D, H, E] = [4, 2, 3]
     GPT-2 Conv1D c_attn.weight [D, 3*D]             --conv_heads(0, 4, 2, 3)--> columns 0:4 as [4, 2, 3]
