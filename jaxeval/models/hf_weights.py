@@ -50,8 +50,9 @@ def transpose(w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Transposed:
-    """torch Linear [out, in] -> [in, out], then reshaped to `shape`, as a Convert; `into` writes the result straight into a preallocated contiguous slice (the loader's stacked
-    shard), saving a temporary copy of every linear."""
+    """torch Linear [out, in] -> [in, out], then reshaped to `shape`, as a Convert; `into` writes
+    the result straight into a preallocated contiguous slice (the loader's stacked shard), saving
+    a temporary copy of every linear."""
 
     shape: tuple[int | str, ...]  # "in" / "out": that axis of the torch weight
 

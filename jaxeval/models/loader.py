@@ -168,8 +168,9 @@ def _load_leaf(
                 )
             rows = index[0] if index else None
             return reader.read(key, rows)[(slice(None), *index[1:])] if index else reader.read(key)
+        w = reader.read(key)
         try:
-            full = source.convert(reader.read(key))
+            full = source.convert(w)
         except ValueError:  # a reshape that cannot fit: the tensor has the wrong size
             full = None
         if full is None or tuple(full.shape) != expected:
