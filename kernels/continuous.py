@@ -100,7 +100,7 @@ class AdmitBatch(NamedTuple):
 def row_dims(state: EngineState) -> EngineState:
     """The rows dimension of every leaf (None: replicated), for shardings and constraints."""
     dims = jax.tree.map(lambda _: 0, state)
-    return dims._replace(cache=dims.cache._replace(k=1, v=1), steps=None)
+    return dims._replace(cache=ROW_AXES, steps=None)
 
 
 def _constrain(state: EngineState, mesh: Mesh | None) -> EngineState:

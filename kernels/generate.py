@@ -40,6 +40,7 @@ from jaxeval.kernels.stop_match import (
 
 from jaxeval.mesh import constrain_rows
 from jaxeval.models.contract import DecoderModel
+from jaxeval.models.decoder import ROW_AXES
 from jaxeval.shapes import Bool, Float, Int
 
 # 1-D shape annotations as names: a lone letter in a string reads as an undefined name to linters
@@ -110,11 +111,9 @@ class GenerateResult(NamedTuple):
 
 
 def _constrain_cache(cache: Any, mesh: Mesh | None) -> Any:
+    """A KVCache (or a user model's cache with its fields: `TokenCache`), rows on `ROW_AXES`."""
     return cache._replace(
-        k=constrain_rows(cache.k, mesh, 1),  # [L, B, ...]: rows on axis 1
-        v=constrain_rows(cache.v, mesh, 1),
-        valid=constrain_rows(cache.valid, mesh, 0),  # [B, C]
-        positions=constrain_rows(cache.positions, mesh, 0),
+        **{f: constrain_rows(getattr(cache, f), mesh, d) for f, d in ROW_AXES._asdict().items()}
     )
 
 

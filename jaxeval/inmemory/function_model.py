@@ -28,8 +28,8 @@ does), and a padded plan computes more tokens than a packed one (`lm.stats["effi
 **Generation.** With `init_cache` and `forward_cached` given, decoding uses them, exactly as
 `ModelSpec` does: `init_cache(batch, length)` returns a `jaxeval.models.KVCache` (k, v with rows
 on axis 1, in any layout of yours; valid [B, C], positions [B, C]) and `forward_cached(params,
-cache, tokens, positions, valid, index) -> ([B, T, D], cache)` writes slots [index, index + T). Without them,
-generation **recomputes**: the "cache" holds the token ids written so far (`TokenCache`) and every
+cache, tokens, positions, valid, index) -> ([B, T, D], cache)` writes slots [index, index + T).
+Without them, generation **recomputes**: the "cache" holds the token ids written so far (`TokenCache`) and every
 decode step runs the full model over all C = prompt + new-token slots, then reads the new position
 (`hidden` with segment_ids = valid, or `logits` with the mask above). That costs about C / 2 times
 the work of a cached decode per generated token; right for evaluation during training on short

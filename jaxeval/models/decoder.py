@@ -49,8 +49,8 @@ class KVCache(NamedTuple):
     valid      [B, C] bool      slot holds a real (non-padding) token
     positions  [B, C] int32     that token's position (for sliding windows)
 
-    `ROW_AXES` and `SLOT_AXES` name each field's rows and slots axes. The two layouts make both attention matmuls over a cache block
-    contract over the right operand's major axis (q [X, E] . k [E, C'], p [X, C'] . v [C', E]),
+    `ROW_AXES` and `SLOT_AXES` name each field's rows and slots axes. The two layouts make both
+    attention matmuls over a cache block contract over the right operand's major axis (q [X, E] . k [E, C'], p [X, C'] . v [C', E]),
     the form XLA:CPU's dot runs at memory speed: with k, v as [L, B, C, G, E] a decode step's
     attention over 1,400 slots took 104 ms for SmolLM2's 30 layers and 8 rows (docs/performance.md).
     """

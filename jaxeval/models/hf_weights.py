@@ -61,8 +61,9 @@ class Transposed:
 
     def into(self, w: np.ndarray, dest: np.ndarray) -> bool:
         """Writes the conversion of `w` into `dest` (casting); False, untouched, if it can't."""
-        shape = self._shape(w)
-        if w.ndim != 2 or dest.shape != shape or w.size != dest.size or not dest.flags.c_contiguous:
+        if w.ndim != 2 or not dest.flags.c_contiguous:  # first: `_shape` reads w's two axes
+            return False
+        if dest.shape != self._shape(w) or w.size != dest.size:
             return False
         transpose(w, out=dest.reshape(w.shape[1], w.shape[0]))
         return True

@@ -125,6 +125,7 @@ def test_strip_transpose_and_in_place_conversion():
     assert np.array_equal(dest[1], convert(w).astype(np.float16)) and not dest[0].any()
     assert np.array_equal(convert(w), w.T.reshape(4, 2, 3))
     assert not convert.into(w[:5], dest[1])  # wrong shape: refused, untouched
+    assert not convert.into(w[0], dest[1])  # not a matrix: refused
     assert np.array_equal(dest[1], convert(w).astype(np.float16))
     out_heads = hf_weights.linear_out_heads(2, 2)  # [out, heads*dim] -> [heads, dim, out]
     assert np.array_equal(out_heads(w), w.T.reshape(2, 2, 6))
