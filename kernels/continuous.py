@@ -4,6 +4,7 @@
     prefix = prefill_prefix(params, tokens, valid, *, model)              # a shared prompt prefix, once
     state = admit(params, stop_table, state, prefix, batch, seed, *, model, sample)  # U prompts -> R rows
     state = decode_chunk(params, stop_table, state, seed, want, *, model, sample)    # until `want` free
+    state = select_rows(state, keep, mesh=mesh)            # the tail: live rows into a smaller engine
 
 Dimension names: `jaxeval.shapes`. Here U prompts are admitted into R rows (R >= U: `repeats`
 copies share one prefill), S is a prefix length, C the cache slots of a row.
@@ -30,10 +31,18 @@ refill order, or on the engine row it lands in.
 **When a chunk returns.** `decode_chunk` runs decode steps until every row is done or at least
 `want` rows are done (the host sets `want` = free rows it can refill), so refills happen as soon as
 they are useful and a chunk never stops for nothing.
+
+**The tail.** Once the queue is empty, finished rows cannot be refilled, but a decode step still
+reads every row's keys and values (and runs every row through the weights): a step at SmolLM2-135M
+shapes with ~1,100 cached tokens a row costs 111 ms in 8 rows, 70 ms in 4, 50 ms in 2 and 42 ms in
+1. So when at most half the rows are live the host moves them into an engine of half the rows or
+fewer (`select_rows`: a row gather of the whole state) and decodes on there; a row's tokens do not
+depend on the engine it sits in (**Exactness**).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -183,6 +192,56 @@ def prefill_prefix(params: Any, tokens: IntT, valid: BoolT, *, model: DecoderMod
     return cache
 
 
+def _forward_new_via_cache(model, params, prefix, tokens, positions, valid, start):
+    """`forward_new` for a model with `forward_cached` only: the prompts run in a cache of U rows
+    holding the prefix (copied), and their keys/values are read back out of it."""
+    u, p = tokens.shape
+
+    def stack(a, b, row, slot):  # the prefix (1 row) broadcast to U rows, then the suffix's slots
+        shape = list(a.shape)
+        shape[row] = u
+        return jnp.concatenate([jnp.broadcast_to(a, shape).astype(b.dtype), b], axis=slot)
+
+    small = jax.tree.map(stack, prefix, model.init_cache(u, p), ROW_AXES, SLOT_AXES)
+    h, small = model.forward_cached(params, small, tokens, positions, valid, start)
+    k = jax.lax.dynamic_slice_in_dim(small.k, start, p, axis=SLOT_AXES.k)  # [L, U, G, E, P]
+    v = jax.lax.dynamic_slice_in_dim(small.v, start, p, axis=SLOT_AXES.v)  # [L, U, G, P, E]
+    return h, k.transpose(0, 1, 4, 2, 3), v.transpose(0, 1, 3, 2, 4)
+
+
+def _install(cache, prefix, k_new, v_new, valid, positions, batch: AdmitBatch):
+    """Engine rows dst <- the prefix's slots [0, S') (all rows) and then each admitted row's own
+    prompt (`src`) at slots [start, start + P), keys/values [L, U, P, G, E] from `forward_new`;
+    padding entries (dst = B) and slots past C are dropped. Slots past a row's prompt keep what
+    the row held before; its causal bound never reads them."""
+    dst, src = batch.dst, batch.src
+    sp, p = prefix.valid.shape[1], valid.shape[1]
+    r = dst.shape[0]
+    if sp:  # every admitted row gets the prefix's slots [0, S')
+
+        def put_prefix(buf, pre, row, slot):
+            at = [slice(None)] * buf.ndim
+            at[row], at[slot] = dst, slice(0, sp)
+            shape = list(pre.shape)
+            shape[row] = r
+            return buf.at[tuple(at)].set(
+                jnp.broadcast_to(pre, shape).astype(buf.dtype), mode="drop"
+            )
+
+        cache = jax.tree.map(put_prefix, cache, prefix, ROW_AXES, SLOT_AXES)
+    rows = dst[:, None]  # [R, 1]
+    slots = (jnp.asarray(batch.start, jnp.int32) + jnp.arange(p, dtype=jnp.int32))[None, :]
+    # k[:, dst[r], :, :, start + t] <- k_new[:, src[r], t]: the indexed axes go first, [R, P, ...]
+    k_rows = jnp.take(k_new, src, axis=1).transpose(1, 2, 0, 3, 4)  # [R, P, L, G, E]
+    v_rows = jnp.take(v_new, src, axis=1).transpose(1, 2, 0, 3, 4)
+    return type(cache)(
+        k=cache.k.at[:, rows, :, :, slots].set(k_rows.astype(cache.k.dtype), mode="drop"),
+        v=cache.v.at[:, rows, :, slots].set(v_rows.astype(cache.v.dtype), mode="drop"),
+        valid=cache.valid.at[rows, slots].set(valid[src], mode="drop"),
+        positions=cache.positions.at[rows, slots].set(positions[src], mode="drop"),
+    )
+
+
 def admit(
     params: Any,
     stop_table: StopTable,
@@ -197,25 +256,22 @@ def admit(
 ) -> EngineState:
     """Prefills U prompts after their shared prefix and installs them in R engine rows.
 
-    The prompts run in a small cache of S' + P slots (S' = the prefix cache's slots, holding the
-    prefix in [0, S)): their suffixes are written at [S, S + P) with positions S, S + 1, ... Each
-    admitted row r copies prompt src[r]'s slots into engine row dst[r], picks its first token from
-    the logits at the prompt's last token and records it; `repeats` copies share the prefill.
+    The U suffixes run at positions S, S + 1, ... over the prefix cache (1 row of S' slots, the
+    prefix in [0, S); `model.forward_new`), which returns their keys/values without writing them.
+    `_install` then writes each admitted row r straight into engine row dst[r]: the prefix's slots
+    and prompt src[r]'s keys at [S, S + P). Each row picks its first token from the logits at its
+    prompt's last token and records it; `repeats` copies share the prefill. (Building a U-row cache
+    of S' + P slots and copying it into the rows cost ~20 passes over its keys/values: 0.1-0.6 s a
+    call at SmolLM2 shapes, docs/performance.md.)
     """
     u, p = batch.tokens.shape
-    sp = prefix.valid.shape[1]
     start = jnp.asarray(batch.start, jnp.int32)
-    fresh = model.init_cache(u, p)
-
-    def stack(a, b, row, slot):  # the prefix (1 row) broadcast to U rows, then the suffix's slots
-        shape = list(a.shape)
-        shape[row] = u
-        return jnp.concatenate([jnp.broadcast_to(a, shape).astype(b.dtype), b], axis=slot)
-
-    small = jax.tree.map(stack, prefix, fresh, ROW_AXES, SLOT_AXES)
     valid = batch.valid.astype(bool)
     positions = start + jnp.arange(p, dtype=jnp.int32)[None, :] * jnp.ones((u, 1), jnp.int32)
-    h, small = model.forward_cached(params, small, batch.tokens, positions, valid, start)
+    new = getattr(model, "forward_new", None)
+    if new is None:  # a model with forward_cached only
+        new = functools.partial(_forward_new_via_cache, model)
+    h, k_new, v_new = new(params, prefix, batch.tokens, positions, valid, start)
     n_tokens = jnp.sum(valid, axis=1, dtype=jnp.int32)  # [U]
     h_last = h[jnp.arange(u), jnp.maximum(n_tokens - 1, 0)]  # [U, D]
     logits = model.head(params, h_last)[batch.src]  # [R, V]
@@ -234,17 +290,8 @@ def admit(
     tok = _pick(logits, settings, seed, jnp.int32(0), sample)
     rows = _record(rows, tok, settings, stop_table)
 
+    cache = _install(state.cache, prefix, k_new, v_new, valid, positions, batch)
     dst = batch.dst
-    w = sp + p
-    cache = state.cache
-
-    def put(buf, new, row, slot):  # engine rows dst, slots [0, w) <- admitted rows (no padding)
-        at = [slice(None)] * buf.ndim
-        at[row], at[slot] = dst, slice(0, w)
-        new = jnp.take(new, batch.src, axis=row).astype(buf.dtype)
-        return buf.at[tuple(at)].set(new, mode="drop")
-
-    cache = jax.tree.map(put, cache, small, ROW_AXES, SLOT_AXES)
 
     def set_rows(buf, new):
         return buf.at[dst].set(new.astype(buf.dtype), mode="drop")
@@ -262,6 +309,14 @@ def admit(
         steps=state.steps,
     )
     return _constrain(state, mesh)
+
+
+def select_rows(state: EngineState, keep: IntR, *, mesh: Mesh | None = None) -> EngineState:
+    """The rows `keep` of the engine (R old row indices, in their new order) as an R-row state."""
+    leaves, tree = jax.tree.flatten(state)
+    dims = jax.tree.leaves(row_dims(state), is_leaf=lambda d: d is None)
+    out = [x if d is None else jnp.take(x, keep, axis=d) for x, d in zip(leaves, dims)]
+    return _constrain(jax.tree.unflatten(tree, out), mesh)
 
 
 def decode_chunk(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -47,6 +48,7 @@ from jaxeval.kernels.continuous import (
     init_state,
     prefill_prefix,
     row_dims,
+    select_rows,
 )
 from jaxeval.kernels.generate import StopTable
 from jaxeval.lm.gen_plan import (
@@ -165,12 +167,30 @@ class ContinuousEngine:
         self.stop_shardings = StopTable(self.replicated, self.replicated)
 
     def _compile(self, key: tuple, fn: Callable, args: tuple, **jit_kwargs) -> Callable:
-        compiled = self.gen._compiled
-        if key not in compiled:
-            start = time.perf_counter()
-            compiled[key] = jax.jit(fn, **jit_kwargs).lower(*args).compile()
-            self.gen.compile_seconds += time.perf_counter() - start
-        return compiled[key]
+        """The executable for `key`: compiled before, compiled ahead (waited for), or now."""
+        gen = self.gen
+        if key not in gen._compiled:
+            pending = gen._pending.pop(key, None)
+            if pending is not None:
+                gen._compiled[key] = pending.result()
+            else:
+                gen._compiled[key] = self._build(fn, args, **jit_kwargs)
+        return gen._compiled[key]
+
+    def _build(self, fn: Callable, args: tuple, **jit_kwargs) -> Callable:
+        start = time.perf_counter()
+        out = jax.jit(fn, **jit_kwargs).lower(*args).compile()
+        self.gen.compile_seconds += time.perf_counter() - start
+        return out
+
+    def _ahead(self, key: tuple, fn: Callable, args: tuple, **jit_kwargs) -> None:
+        """Queues `key`'s compilation on the generator's background compile thread."""
+        gen = self.gen
+        if key in gen._compiled or key in gen._pending:
+            return
+        if gen._compile_pool is None:
+            gen._compile_pool = ThreadPoolExecutor(1, thread_name_prefix="jaxeval-gen-compile")
+        gen._pending[key] = gen._compile_pool.submit(self._build, fn, args, **jit_kwargs)
 
     def _abstract(self, tree: Any) -> Any:
         return jax.tree.map(
@@ -202,22 +222,31 @@ class ContinuousEngine:
         )
         return fn(self.gen.params, *put_global(host, self.replicated))
 
-    def _state_call(self, key: tuple, kernel: Callable, state: EngineState, *extras: Any):
-        """kernel(params, stop_table, state, *extras) -> state, compiled once per `key`; the state
-        keeps its row shardings and is donated (the cache stays in place); extras are replicated."""
-        fn = self._compile(
+    def _state_fn(self, key: tuple, kernel: Callable, *extras: Any) -> tuple:
+        """(key, fn, args, jit options) of kernel(params, stop_table, state, *extras) -> state:
+        the state keeps its row shardings and is donated (the cache stays in place); extras are
+        replicated."""
+        args = (self.gen.params, self.gen.stop_table, self.abstract, *self._abstract(extras))
+        return (
             key,
             kernel,
-            (self.gen.params, self.gen.stop_table, self.abstract, *self._abstract(extras)),
-            in_shardings=(
-                self.param_shardings,
-                self.stop_shardings,
-                self.state_shardings,
-                *[self.replicated] * len(extras),
+            args,
+            dict(
+                in_shardings=(
+                    self.param_shardings,
+                    self.stop_shardings,
+                    self.state_shardings,
+                    *[self.replicated] * len(extras),
+                ),
+                out_shardings=self.state_shardings,
+                donate_argnums=(2,),
             ),
-            out_shardings=self.state_shardings,
-            donate_argnums=(2,),
         )
+
+    def _state_call(self, key: tuple, kernel: Callable, state: EngineState, *extras: Any):
+        """kernel(params, stop_table, state, *extras) -> state, compiled once per `key`."""
+        key, fn, args, options = self._state_fn(key, kernel, *extras)
+        fn = self._compile(key, fn, args, **options)
         return fn(self.gen.params, self.gen.stop_table, state, *extras)
 
     def admit(self, state: EngineState, prefix: Any, batch: AdmitBatch, seed: Any) -> EngineState:
@@ -234,27 +263,61 @@ class ContinuousEngine:
             key, kernel, state, prefix, put_global(batch, self.replicated), seed
         )
 
-    def decode(self, state: EngineState, seed: Any, want: int) -> EngineState:
+    def _decode_fn(self, seed: Any, want: Any) -> tuple:
         key = ("decode", self.rows, self.slots, self.n_new, self.sample)
         spec, mesh, sample = self.gen.spec, self.gen.mesh, self.sample
 
         def kernel(pa, st, s, sd, w):
             return decode_chunk(pa, st, s, sd, w, model=spec, sample=sample, mesh=mesh)
 
+        return self._state_fn(key, kernel, seed, want)
+
+    def decode(self, state: EngineState, seed: Any, want: int) -> EngineState:
         want = put_global(np.int32(want), self.replicated)
-        return self._state_call(key, kernel, state, seed, want)
+        key, fn, args, options = self._decode_fn(seed, want)
+        fn = self._compile(key, fn, args, **options)
+        return fn(self.gen.params, self.gen.stop_table, state, seed, want)
+
+    def _shrink_fn(self, small: ContinuousEngine) -> tuple:
+        key = ("shrink", self.rows, small.rows, self.slots, self.n_new)
+        mesh = self.gen.mesh
+        keep = np.zeros(small.rows, np.int32)
+        return key, lambda s, k: select_rows(s, k, mesh=mesh), (
+            self.abstract,
+            *self._abstract((keep,)),
+        ), dict(in_shardings=(self.state_shardings, self.replicated),
+                out_shardings=small.state_shardings)  # fmt: skip
+
+    def shrink(self, state: EngineState, small: ContinuousEngine, keep: np.ndarray) -> EngineState:
+        """Rows `keep` of this engine's state as `small`'s state (`kernels.continuous.select_rows`)."""
+        key, fn, args, options = self._shrink_fn(small)
+        return self._compile(key, fn, args, **options)(state, put_global(keep, self.replicated))
+
+    def _peek_fn(self) -> tuple:
+        key = ("peek", self.rows, self.slots, self.n_new)
+        return key, lambda s: (s.done, s.length, s.reason, s.out, s.steps), (self.abstract,), dict(
+            in_shardings=(self.state_shardings,), out_shardings=self.replicated
+        )  # fmt: skip
 
     def peek(self, state: EngineState) -> tuple[np.ndarray, ...]:
         """(done, length, reason, out, steps) on the host, replicated first (multi-process safe)."""
-        key = ("peek", self.rows, self.slots, self.n_new)
-        fn = self._compile(
-            key,
-            lambda s: (s.done, s.length, s.reason, s.out, s.steps),
-            (self.abstract,),
-            in_shardings=(self.state_shardings,),
-            out_shardings=self.replicated,
-        )
-        return to_host(fn(state))
+        key, fn, args, options = self._peek_fn()
+        return to_host(self._compile(key, fn, args, **options)(state))
+
+    def compile_ahead(self, seed: Any, smaller: Sequence[ContinuousEngine]) -> None:
+        """Queues this engine's decode chunk and host read, then each smaller (tail) engine's and
+        the move into it, on the background compile thread: they compile while the main thread
+        compiles and runs the admissions (two cores, one compile each)."""
+        want = np.int32(0)
+        chain = [self, *smaller]
+        for big, engine in zip([None, *chain], chain):
+            key, fn, args, options = engine._decode_fn(seed, want)
+            engine._ahead(key, fn, args, **options)
+            key, fn, args, options = engine._peek_fn()
+            engine._ahead(key, fn, args, **options)
+            if big is not None:
+                key, fn, args, options = big._shrink_fn(engine)
+                big._ahead(key, fn, args, **options)
 
 
 def admission_chunks(taken: Sequence[_Item], start: int) -> list[list[_Item]]:
@@ -287,6 +350,21 @@ def admission_chunks(taken: Sequence[_Item], start: int) -> list[list[_Item]]:
     return chunks
 
 
+def tail_rows(live: int, rows: int, shards: int) -> int:
+    """The engine rows for `live` rows once the queue is empty: the fewest multiple of `shards` times
+    a power of two that holds them, when that is at most half of `rows`; else `rows` (no move)."""
+    target = shards * pow2_at_least(-(-max(live, 1) // shards), 1)
+    return target if 2 * target <= rows else rows
+
+
+def tail_threshold(rows: int, shards: int) -> int:
+    """The most live rows for which `tail_rows` moves to a smaller engine (0: it never does)."""
+    size, k = 0, shards
+    while 2 * k <= rows:
+        size, k = k, 2 * k
+    return size
+
+
 def engine_shape(
     prompts: Sequence[Prompt], groups: Sequence[PrefixGroup], batch_size: int, shards: int
 ) -> tuple[int, int, int, bool]:
@@ -315,9 +393,11 @@ def run_continuous(
     refill_rows: int | None = None,
     min_prefix: int = MIN_PREFIX,
     admission: str = "longest",
+    tail: bool = True,
 ) -> tuple[dict[int, tuple[list[int], int]], dict[str, float]]:
     """Every copy of every prompt through the engine: (request position -> (tokens, end reason),
-    stats). `on_rows([(position, tokens, reason)])` is called as rows finish."""
+    stats). `on_rows([(position, tokens, reason)])` is called as rows finish. `tail`: once the
+    queue is empty, decode the live rows in smaller engines (`tail_rows`)."""
     groups = (
         shared_prefixes(prompts, min_prefix)
         if min_prefix > 0
@@ -325,6 +405,12 @@ def run_continuous(
     )
     rows, slots, n_new, sample = engine_shape(prompts, groups, gen.batch_size, gen.shards)
     engine = ContinuousEngine(gen, rows=rows, slots=slots, n_new=n_new, sample=sample)
+    shards = gen.shards
+    tails: dict[int, ContinuousEngine] = {}  # the smaller engines the tail may move into
+    size = tail_threshold(rows, shards) if tail else 0
+    while size:
+        tails[size] = ContinuousEngine(gen, rows=size, slots=slots, n_new=n_new, sample=sample)
+        size = tail_threshold(size, shards)
     refill = max(1, rows // 4) if refill_rows is None else max(1, int(refill_rows))
 
     items: list[_Item] = []
@@ -352,13 +438,20 @@ def run_continuous(
         distributed.check_same("generation queue", fingerprint([rows, slots, n_new, *order]))
 
     seed = put_global(np.int32(gen.seed), gen.replicated)
+    engine.compile_ahead(seed, list(tails.values()))
     state = engine.new_state()
     prefixes: dict[int, Any] = {}
     occupant: dict[int, _Item] = {}
     free = list(range(rows))
     out: dict[int, tuple[list[int], int]] = {}
     queue = list(reversed(items))  # pop() takes the head
-    stats = {"admissions": 0, "prompt_tokens": 0, "prefill_tokens": 0, "prefix_tokens": 0}
+    stats = {
+        "admissions": 0,
+        "prompt_tokens": 0,
+        "prefill_tokens": 0,
+        "prefix_tokens": 0,
+        "tail_moves": 0,
+    }
     steps = 0
     while queue or occupant:
         while queue and free:
@@ -396,7 +489,23 @@ def run_continuous(
                 batch = AdmitBatch(tokens, valid, np.int32(start), dst, src, _settings(chunk, r))
                 state = engine.admit(state, prefixes[head.group], batch, seed)
                 stats["admissions"] += 1
-        want = len(free) + min(len(queue), refill) if queue else rows + 1
+        if tail and not queue and occupant:
+            target = tail_rows(len(occupant), engine.rows, shards)
+            if target < engine.rows:  # the tail: the live rows into a smaller engine
+                small = tails[target]
+                live = sorted(occupant)
+                spare = [r for r in range(engine.rows) if r not in occupant]  # done rows
+                keep = np.asarray(live + spare[: target - len(live)], np.int32)
+                state = engine.shrink(state, small, keep)
+                occupant = {new: occupant[old] for new, old in enumerate(live)}
+                free = list(range(len(live), target))
+                engine = small
+                stats["tail_moves"] += 1
+        if queue:
+            want = len(free) + min(len(queue), refill)
+        else:  # run until all rows are done, or until few enough are live for a smaller engine
+            low = tail_threshold(engine.rows, shards) if tail else 0
+            want = engine.rows - low if low else engine.rows + 1
         state = engine.decode(state, seed, want)
         done, length, reason, toks, steps = engine.peek(state)
         finished = []
@@ -412,6 +521,8 @@ def run_continuous(
         free.sort()
         if finished and on_rows is not None:
             on_rows(finished)
+    for key in [k for k, f in gen._pending.items() if f.cancel()]:  # not needed after all
+        del gen._pending[key]
     stats["decode_steps"] = int(steps)
     stats["engine_rows"], stats["engine_slots"], stats["engine_new"] = rows, slots, n_new
     return out, stats

@@ -34,6 +34,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -107,6 +108,7 @@ class Generator:
         min_prefix: int = MIN_PREFIX,
         refill_rows: int | None = None,
         admission: str = "longest",
+        tail: bool = True,
     ):
         self.spec = model.spec
         self.mesh: Mesh = model.mesh
@@ -128,6 +130,7 @@ class Generator:
         self.min_prefix = int(min_prefix)
         self.refill_rows = refill_rows
         self.admission = admission  # "longest" (expected output, then prompt) or "request" order
+        self.tail = bool(tail)  # the queue's tail decodes in smaller engines (gen_engine.tail_rows)
         eot = tokenizer.eos_token_id if eot_token_id is None else eot_token_id
         self.eos_string = (
             tokenizer.decode(eot, skip_special_tokens=False) if eot is not None else None
@@ -145,6 +148,9 @@ class Generator:
             lengths=put_global(lengths, self.replicated),
         )
         self._compiled: dict[GenShape, Callable] = {}
+        # continuous batching's executables compiled ahead on a background thread (gen_engine)
+        self._pending: dict[tuple, Future] = {}
+        self._compile_pool: ThreadPoolExecutor | None = None
         self.compile_seconds = 0.0
         self.stats: dict[str, float] = {}
 
@@ -342,6 +348,7 @@ class Generator:
             refill_rows=self.refill_rows,
             min_prefix=self.min_prefix,
             admission=self.admission,
+            tail=self.tail,
         )
         expected = {pos for pr in prompts for pos in pr.outputs}
         if set(out) != expected:

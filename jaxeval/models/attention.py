@@ -306,6 +306,7 @@ def cache_attend(
     softcap: float | None,
     block: int,
     new_block: int = 0,
+    new_valid: Bool["B T"] | None = None,
 ) -> Float["B T H E"]:
     """Attention of T queries at slots [index, index + T): over layer `layer` of a stacked cache
     holding the slots before `index`, and over this call's own keys `k_new` / `v_new`, which the
@@ -323,9 +324,13 @@ def cache_attend(
     ([B, G, X, T, T] scores) when `new_block` is 0, else block by block from the cache's online
     state (`blocked_attend` with `init`; a long prefill, where the dense scores cost 2.4x the whole
     forward pass on CPU at T = 1,024).
+
+    A cache of one row (`k_cache` [L, 1, G, E, C]: a shared prefix, `decoder.forward_new`) is read
+    by all B query rows; C = 0 is no cache. `new_valid` gives the new keys' validity directly
+    (default: `slot_valid` at their slots).
     """
     b, t, h, e = q.shape
-    g, c = k_cache.shape[2], k_cache.shape[4]
+    bc, g, c = k_cache.shape[1], k_cache.shape[2], k_cache.shape[4]
     r = h // g
     block = min(block, c)
     dtype = q.dtype
@@ -341,10 +346,13 @@ def cache_attend(
         nominal = j * block
         start = jnp.minimum(nominal, c - block)
         at = (layer, zero, zero, zero, start)
-        kb = jax.lax.dynamic_slice(k_cache, at, (1, b, g, e, block))[0]  # [B, G, E, Q]
+        kb = jax.lax.dynamic_slice(k_cache, at, (1, bc, g, e, block))[0]  # [B, G, E, Q]
         at = (layer, zero, zero, start, zero)
-        vb = jax.lax.dynamic_slice(v_cache, at, (1, b, g, block, e))[0]  # [B, G, Q, E]
+        vb = jax.lax.dynamic_slice(v_cache, at, (1, bc, g, block, e))[0]  # [B, G, Q, E]
         kb, vb = kb.astype(dtype), vb.astype(dtype)
+        if bc != b:  # one (prefix) row for every query row
+            kb = jnp.broadcast_to(kb, (b, *kb.shape[1:]))
+            vb = jnp.broadcast_to(vb, (b, *vb.shape[1:]))
         slots = start + jnp.arange(block, dtype=jnp.int32)  # [Q]
         ok = jax.lax.dynamic_slice_in_dim(slot_valid, start, block, axis=1)  # [B, Q]
         before = (slots[None, :] < row_index[:, None]) & (slots >= nominal)[None, :]  # [B, Q]
@@ -357,16 +365,20 @@ def cache_attend(
         scores = _scaled(scores, scale, softcap)
         return _Online.update(state, scores, allowed, vb, "bgmq,bgqe->bgme")
 
-    n_blocks = (jnp.max(row_index) + block - 1) // block  # blocks holding [0, index)
     state = _Online.init((b, g, r * t), e)  # [B, G, X*T]: the rows-merged layout
-    state = jax.lax.fori_loop(0, n_blocks, key_block, state)
+    if c:
+        n_blocks = (jnp.max(row_index) + block - 1) // block  # blocks holding [0, index)
+        state = jax.lax.fori_loop(0, n_blocks, key_block, state)
     m, total, acc = state  # back to [B, G, X, T] for the call's own keys
     state = (m.reshape(b, g, r, t), total.reshape(b, g, r, t), acc.reshape(b, g, r, t, e))
     # this call's own keys, as the cache would hold them (its dtype), causal among themselves
     k_new = k_new.astype(k_cache.dtype).astype(dtype)
     v_new = v_new.astype(v_cache.dtype).astype(dtype)
-    new_slots = jnp.minimum(row_index[:, None] + jnp.arange(t, dtype=jnp.int32), c - 1)  # [B, T]
-    new_ok = jnp.take_along_axis(slot_valid, new_slots, axis=1)  # [B, T]
+    if new_valid is None:
+        new_slots = jnp.minimum(row_index[:, None] + jnp.arange(t, dtype=jnp.int32), c - 1)
+        new_ok = jnp.take_along_axis(slot_valid, new_slots, axis=1)  # [B, T]
+    else:
+        new_ok = new_valid
     if new_block:
         segment = new_ok.astype(jnp.int32)  # valid new keys: one segment, causal
         out = blocked_attend(

@@ -9,6 +9,7 @@ Two entry points share the layer body and differ only in where keys/values come 
 
     hidden(params, tokens, positions, segment, parent)            packed rows, keys = this call's
     forward_cached(params, cache, tokens, positions, valid, index)  keys written to cache[index:index+T]
+    forward_new(params, prefix, tokens, positions, valid, start)    keys returned, after a prefix row
 
 `hidden` attends densely on short rows and block by block (online softmax, masked blocks skipped)
 on long ones; `forward_cached` updates the cache in place and reads only its written slots.
@@ -217,6 +218,62 @@ def hidden(
     return norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
 
 
+def _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, index, new_valid=None):
+    """The layer scan of `forward_cached` and `forward_new`: each layer attends over its cache
+    slots before `index`, then over this call's own keys (`attention.cache_attend`). Returns the
+    hidden states before the final norm and every layer's new keys/values [L, B, T, G, E]."""
+    dtype = jnp.dtype(spec.compute_dtype)
+    windowed = any(spec.sliding_window)
+    dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
+    new_block = attention_block_size(positions.shape[1])  # a long prefill: blocked, as `hidden`
+
+    def body(x, xs):
+        p, consts, layer = xs
+        cos, sin = _rope(spec, positions, consts, dynamic, dtype)
+
+        def attend_fn(q, k, v):
+            out = attn.cache_attend(
+                q, cache.k, cache.v, layer, slot_valid, slot_pos, positions, index, k, v,
+                window=consts["window"] if windowed else None,
+                scale=consts["scale"], softcap=spec.attn_softcap, block=CACHE_BLOCK,
+                new_block=new_block, new_valid=new_valid,
+            )  # fmt: skip
+            return out, (k.astype(cache.k.dtype), v.astype(cache.v.dtype))
+
+        return _block(spec, p, x, cos=cos, sin=sin, attend_fn=attend_fn)
+
+    layers = jnp.arange(spec.num_layers, dtype=jnp.int32)
+    xs = (params["layers"], _layer_constants(spec), layers)
+    x, (k, v) = jax.lax.scan(body, x, xs)  # k, v [L, B, T, G, E]: this call's keys and values
+    return x, k, v
+
+
+def forward_new(
+    spec,
+    params: dict[str, Any],
+    prefix: KVCache,
+    tokens: Int["B T"],
+    positions: Int["B T"],
+    valid: Bool["B T"],
+    start: Int[""],
+) -> tuple[Float["B T D"], Float["L B T G E"], Float["L B T G E"]]:
+    """B prompts after a shared prefix: their hidden states and keys/values, nothing written.
+
+    `prefix` is one cache row (its slots before `start` hold the prefix; 0 slots: no prefix) that
+    every row's queries read, then each row's own T keys (causal, `valid`), exactly as
+    `forward_cached` on a cache holding the prefix in every row with the tokens at slots
+    [start, start + T). The caller writes the keys/values where it wants them (continuous
+    batching: straight into the engine rows, `kernels.continuous.admit`), so no cache of B rows
+    is built, filled and copied on the way.
+    """
+    x = embed(spec, params, tokens, positions)
+    x, k, v = _cached_layers(
+        spec, params, x, positions, prefix, prefix.valid, prefix.positions, start,
+        new_valid=valid.astype(bool),
+    )  # fmt: skip
+    return norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps), k, v
+
+
 def forward_cached(
     spec,
     params: dict[str, Any],
@@ -247,7 +304,6 @@ def forward_cached(
         scan over l:  out_l = attend(q, k[l, :, :index] + new keys)      ys: new keys/values
         after:        k[:, :, index:index+T] <- ys                         (one write, in place)
     """
-    dtype = jnp.dtype(spec.compute_dtype)
     x = embed(spec, params, tokens, positions)
     index = jnp.asarray(index, jnp.int32)
     zero = jnp.zeros((), jnp.int32)
@@ -267,28 +323,7 @@ def forward_cached(
         slot_pos = jax.lax.dynamic_update_slice(
             cache.positions, positions.astype(jnp.int32), (zero, index)
         )
-    windowed = any(spec.sliding_window)
-    dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
-    new_block = attention_block_size(tokens.shape[1])  # a long prefill: blocked, as `hidden`
-
-    def body(x, xs):
-        p, consts, layer = xs
-        cos, sin = _rope(spec, positions, consts, dynamic, dtype)
-
-        def attend_fn(q, k, v):
-            out = attn.cache_attend(
-                q, cache.k, cache.v, layer, slot_valid, slot_pos, positions, index, k, v,
-                window=consts["window"] if windowed else None,
-                scale=consts["scale"], softcap=spec.attn_softcap, block=CACHE_BLOCK,
-                new_block=new_block,
-            )  # fmt: skip
-            return out, (k.astype(cache.k.dtype), v.astype(cache.v.dtype))
-
-        return _block(spec, p, x, cos=cos, sin=sin, attend_fn=attend_fn)
-
-    layers = jnp.arange(spec.num_layers, dtype=jnp.int32)
-    xs = (params["layers"], _layer_constants(spec), layers)
-    x, (k, v) = jax.lax.scan(body, x, xs)  # k, v [L, B, T, G, E]: this call's keys and values
+    x, k, v = _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, index)
     if per_row:  # k_all[:, r, :, :, index[r] + t] <- k[:, r, t]: the indexed axes go first
         k_rows = jnp.transpose(k, (1, 2, 0, 3, 4))  # [B, T, L, G, E]
         v_rows = jnp.transpose(v, (1, 2, 0, 3, 4))

@@ -110,6 +110,7 @@ class ModelSpec:
     finalize_logits = decoder.finalize_logits  # soft-capping (Gemma 2), else the identity
     head = decoder.head  # (params, h[..., D]) -> [..., V]
     forward_cached = decoder.forward_cached  # (params, cache, tokens, positions, valid, index)
+    forward_new = decoder.forward_new  # (params, prefix, tokens, positions, valid, start)
 
     def init_cache(self, batch: int, length: int, dtype: Any = None) -> KVCache:
         return decoder.init_cache(self, batch, length, dtype or self.compute_dtype)

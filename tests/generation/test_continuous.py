@@ -5,7 +5,10 @@
 - a shared prefix's keys/values equal the full prompt's recomputation (float32) and the greedy
   tokens are identical with and without sharing;
 - sampled tokens do not depend on the refill order or on the rows beside them;
-- compilations stay within the bucket shapes and a rerun in any order compiles nothing.
+- compilations stay within the bucket shapes and a rerun in any order compiles nothing;
+- the queue's tail moves its live rows into smaller engines without changing a token;
+- `forward_new` (a prefill that returns its keys instead of writing a cache) equals
+  `forward_cached`, and a model without it takes the cache path to the same tokens.
 """
 
 from __future__ import annotations
@@ -74,10 +77,50 @@ def test_refilled_rows_equal_alone_and_static():
     requests = greedy_requests()
     together = gen.generate_tokens(requests)
     assert gen.stats["engine_rows"] == 2 and gen.stats["admissions"] >= 4  # refilled mid-batch
+    assert gen.stats["tail_moves"] == 1  # the last live row finished in a 1-row engine
     alone = [gen.generate_tokens([r])[0] for r in requests]
     assert together == alone
     assert together == generator(batch_size=8, continuous=False).generate_tokens(requests)
     assert [len(t) for t in together] == [16, 3, 9, 16, 5, 12]
+
+
+def test_tail_moves_keep_every_token():
+    """8 rows ending at 16, 3, 9, 14, 5, 12, 2, 7 tokens: 8 -> 4 -> 2 -> 1 engine rows once the
+    queue is empty; greedy and sampled tokens equal the run without moves and the static path."""
+    from jaxeval.lm.generation import Generator
+
+    model, tok = llama()
+    budgets = (16, 3, 9, 14, 5, 12, 2, 7)
+    prompts = prompts_between(17, 32, 8)
+    for kwargs in ({"until": ["zzz"]}, SAMPLED):
+        requests = [(p, {**kwargs, "max_gen_toks": n}) for p, n in zip(prompts, budgets)]
+        runs = {}
+        for tail in (True, False):
+            gen = Generator(
+                model=model, tokenizer=tok, max_length=128, batch_size=8, tail=tail, min_prefix=0
+            )
+            runs[tail] = gen.generate_tokens(requests)
+            assert gen.stats["engine_rows"] == 8
+            assert gen.stats["tail_moves"] == (3 if tail else 0)
+        assert runs[True] == runs[False]
+        assert [len(t) for t in runs[True]] == list(budgets)
+        static = generator(batch_size=8, continuous=False).generate_tokens(requests)
+        assert runs[True] == static
+
+
+def test_tail_rows_and_threshold():
+    from jaxeval.lm.gen_engine import tail_rows, tail_threshold
+
+    assert [tail_rows(n, 8, 1) for n in range(1, 9)] == [1, 2, 4, 4, 8, 8, 8, 8]
+    assert [tail_rows(n, 12, 1) for n in (3, 4, 5, 6)] == [4, 4, 12, 12]  # 8 is over half of 12
+    assert [tail_rows(n, 8, 2) for n in (1, 2, 3, 4, 5)] == [2, 2, 4, 4, 8]  # multiples of shards
+    assert tail_rows(1, 2, 2) == 2 and tail_threshold(2, 2) == 0  # one row a shard: no move
+    assert [tail_threshold(r, 1) for r in (1, 2, 3, 4, 8, 12, 16)] == [0, 1, 1, 2, 4, 4, 8]
+    for rows in range(1, 33):
+        for shards in (1, 2, 4):
+            low = tail_threshold(rows, shards)
+            for live in range(1, rows + 1):  # a move happens exactly at or below the threshold
+                assert (tail_rows(live, rows, shards) < rows) == (live <= low)
 
 
 def test_shared_prefix_kv_equals_recomputation():
@@ -118,6 +161,89 @@ def test_shared_prefix_kv_equals_recomputation():
     assert bool(jnp.all(shared.valid == full.valid)) and bool(
         jnp.all(shared.positions == full.positions)
     )
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_forward_new_equals_forward_cached(family):
+    """`forward_new` after a 1-row prefix (and with no prefix) gives the hidden states and keys /
+    values `forward_cached` writes, for every query row, padding included (gemma2: a window)."""
+    import jax
+    import jax.numpy as jnp
+    from jaxeval.kernels.continuous import prefill_prefix
+
+    from jaxeval.models import load_model
+    from tests.helpers.tiny_models import tiny_checkpoint
+
+    model = load_model(tiny_checkpoint(family))
+    spec, params = model.spec, model.params
+    rng = np.random.default_rng(1)
+    u, s, p = 3, 21, 40  # 3 rows, a 21-token prefix (in 32 slots), suffixes of up to 40 tokens
+    ids = rng.integers(3, spec.vocab_size, size=(u, s + p)).astype(np.int32)
+    ids[:, :s] = ids[0, :s]
+    lengths = np.array([40, 17, 1])
+    valid = np.arange(p)[None, :] < lengths[:, None]
+
+    @jax.jit
+    def both(ids, valid):
+        pre = jnp.zeros(32, jnp.int32).at[:s].set(ids[0, :s])
+        prefix = prefill_prefix(params, pre, jnp.arange(32) < s, model=spec)
+        pos = s + jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (u, p))
+        h_new, k_new, v_new = spec.forward_new(params, prefix, ids[:, s:], pos, valid, s)
+        cache = spec.init_cache(u, s + p)
+        full_valid = jnp.concatenate([jnp.ones((u, s), bool), valid], axis=1)
+        full_pos = jnp.broadcast_to(jnp.arange(s + p, dtype=jnp.int32), (u, s + p))
+        h, cache = spec.forward_cached(params, cache, ids, full_pos, full_valid, 0)
+        empty = spec.init_cache(1, 0)
+        h0, k0, v0 = spec.forward_new(params, empty, ids[:, s:], pos - s, valid, 0)
+        alone = spec.init_cache(u, p)
+        h1, alone = spec.forward_cached(params, alone, ids[:, s:], pos - s, valid, 0)
+        return (h_new, k_new, v_new, h[:, s:], cache), (h0, k0, v0, h1, alone)
+
+    (h_new, k_new, v_new, h_full, cache), (h0, k0, v0, h1, alone) = both(ids, valid)
+    for hn, kn, vn, hf, c, off in (
+        (h_new, k_new, v_new, h_full, cache, s),
+        (h0, k0, v0, h1, alone, 0),
+    ):
+        keys = np.asarray(c.k)[..., off:].transpose(0, 1, 4, 2, 3)  # [L, U, P, G, E]
+        values = np.asarray(c.v)[..., off:, :].transpose(0, 1, 3, 2, 4)
+        for row, n in enumerate(lengths):  # padding positions differ in what they see: real ones
+            np.testing.assert_allclose(hn[row, :n], hf[row, :n], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(kn[:, row, :n], keys[:, row, :n], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(vn[:, row, :n], values[:, row, :n], rtol=1e-5, atol=1e-5)
+
+
+def test_model_without_forward_new_gives_the_same_tokens():
+    """The contract's model (forward_cached only, `per_row_cache_index`) admits through a U-row
+    cache (`_forward_new_via_cache`) to the tokens our decoders get with `forward_new`."""
+    import dataclasses
+
+    from jaxeval.lm.generation import Generator
+
+    model, tok = llama()
+
+    @dataclasses.dataclass(frozen=True)
+    class CachedOnly:
+        inner: object
+        per_row_cache_index = True
+
+        def __getattr__(self, name):
+            if name == "forward_new":
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+    wrapped = types.SimpleNamespace(**vars(model))
+    wrapped.spec = CachedOnly(model.spec)
+    assert not hasattr(wrapped.spec, "forward_new")
+    requests = [
+        (PREFIX + q, {"max_gen_toks": 8, "until": ["zzz"]})
+        for q in ("Q: what jumps?\nA:", "Q: who watches?\nA:", "Q: why?\nA:")
+    ]
+    kw = dict(tokenizer=tok, max_length=128, batch_size=2, min_prefix=16, refill_rows=1)
+    cached_only = Generator(model=wrapped, **kw)
+    assert cached_only.continuous
+    got = cached_only.generate_tokens(requests)
+    assert cached_only.stats["prefix_tokens"] > 0
+    assert got == Generator(model=model, **kw).generate_tokens(requests)
 
 
 def test_shared_prefix_gives_identical_greedy_strings():
@@ -166,10 +292,16 @@ def test_compile_count_bounded_by_buckets():
     assert gen.compile_count == count  # same engine shape: every order reuses the executables
     keys = set(gen._compiled)
     engines = {k[1:4] for k in keys if k[0] == "decode"}
+    inits = {k for k in keys if k[0] == "init"}
+    shrinks = {k for k in keys if k[0] == "shrink"}
     admits = {k for k in keys if k[0] == "admit"}
     prefixes = {k for k in keys if k[0] == "prefix"}
-    # the bound: per engine shape init + decode + peek, one prefix prefill per prefix bucket, and
-    # one admit per (U <= R in powers of two <= B, prefix bucket or 0, suffix bucket)
+    # the engines: B = 2 rows, and 1 row for the tail; one move between them
+    assert {e[0] for e in engines} == {2, 1} and len(inits) == 1
+    assert {k[1:3] for k in shrinks} == {(2, 1)}
+    # the bound: per engine shape decode + peek (+ init for the first, + a move to a smaller one),
+    # one prefix prefill per prefix bucket, and one admit per (U <= R in powers of two <= B,
+    # prefix bucket or 0, suffix bucket)
     buckets = sorted({prefill_bucket(n) for n in range(1, 129)})
     rows_pairs = [(u, r) for r in (1, 2) for u in (1, 2) if u <= r]
     prefix_buckets = [0] + [k[1] for k in prefixes]
@@ -179,7 +311,8 @@ def test_compile_count_bounded_by_buckets():
     assert all(
         (k[5], k[6]) in rows_pairs and k[7] in prefix_buckets and k[8] in buckets for k in admits
     )
-    assert gen.compile_count == 3 * len(engines) + len(admits) + len(prefixes) <= bound
+    count = 2 * len(engines) + len(inits) + len(shrinks) + len(admits) + len(prefixes)
+    assert gen.compile_count == count <= bound
 
 
 @pytest.mark.parametrize("family", ["gemma2"])
