@@ -20,10 +20,19 @@
 3. **Decode chunks** run until every row is done or enough rows are free to refill
    (`refill_rows`, or every remaining request when fewer are queued); the host reads the finished
    rows, frees them and admits the next prompts.
+4. **The tail**: once the queue is empty, a chunk also returns when at most `tail_threshold` rows
+   are live, and the host moves them into an engine of `tail_rows` rows (B/2, B/4, ...: a decode
+   step reads every row's cache, live or not), until the last row ends:
 
-Compiled shapes: one decode chunk per engine (B rows, C slots, N new tokens, sampled or not), one
-`prefill_prefix` per prefix bucket, one `admit` per (U, R, prefix bucket, suffix bucket): a finite
-set fixed by the buckets, each compiled once (`Generator.compile_count`).
+       B = 8, rows ending at steps 20, 27, 36, 50, 57, 88 (+ 2 that ended at once):
+       steps 0-27 in 8 rows, 27-50 in 4, 50-57 in 2, 57-88 in 1
+
+Compiled shapes: per engine (B rows, C slots, N new tokens, sampled or not) a decode chunk and a
+host read, for B and each tail size, plus a move between consecutive sizes; one `prefill_prefix`
+per prefix bucket, one `admit` per (U, R, prefix bucket, suffix bucket): a finite set fixed by the
+buckets, each compiled once (`Generator.compile_count`). The decode chunks, reads and moves are
+queued at the start on a background compile thread (`ContinuousEngine.compile_ahead`), so they
+compile while the main thread compiles and runs the admissions.
 """
 
 from __future__ import annotations
@@ -439,90 +448,94 @@ def run_continuous(
 
     seed = put_global(np.int32(gen.seed), gen.replicated)
     engine.compile_ahead(seed, list(tails.values()))
-    state = engine.new_state()
-    prefixes: dict[int, Any] = {}
-    occupant: dict[int, _Item] = {}
-    free = list(range(rows))
-    out: dict[int, tuple[list[int], int]] = {}
-    queue = list(reversed(items))  # pop() takes the head
-    stats = {
-        "admissions": 0,
-        "prompt_tokens": 0,
-        "prefill_tokens": 0,
-        "prefix_tokens": 0,
-        "tail_moves": 0,
-    }
-    steps = 0
-    while queue or occupant:
-        while queue and free:
-            head = queue[-1]
-            taken: list[_Item] = []
-            while queue and len(taken) < len(free) and queue[-1].group == head.group:
-                taken.append(queue.pop())
-            group = groups[head.group]
-            if head.group not in prefixes:
-                prefixes[head.group] = engine.prefix(group.tokens)
-                stats["prefill_tokens"] += len(group.tokens)
-                stats["prefix_tokens"] += len(group.tokens)
-            start = len(group.tokens)
-            for chunk in admission_chunks(taken, start):
-                distinct: dict[int, int] = {}
-                for it in chunk:
-                    distinct.setdefault(id(it.prompt), len(distinct))
-                uniq = {distinct[id(it.prompt)]: it.prompt for it in chunk}
-                suffixes = [uniq[k].tokens[start:] for k in range(len(uniq))]
-                u, r = pow2_at_least(len(uniq), 1), pow2_at_least(len(chunk), 1)
-                width = prefill_bucket(max(len(s) for s in suffixes))
-                tokens = np.zeros((u, width), np.int32)
-                valid = np.zeros((u, width), bool)
-                for k, s in enumerate(suffixes):
-                    tokens[k, : len(s)] = s
-                    valid[k, : len(s)] = True
-                    stats["prefill_tokens"] += len(s)
-                stats["prompt_tokens"] += sum(len(p.tokens) for p in uniq.values())
-                dst = np.full(r, rows, np.int32)
-                src = np.zeros(r, np.int32)
-                for k, it in enumerate(chunk):
-                    row = free.pop(0)
-                    dst[k], src[k] = row, distinct[id(it.prompt)]
-                    occupant[row] = it
-                batch = AdmitBatch(tokens, valid, np.int32(start), dst, src, _settings(chunk, r))
-                state = engine.admit(state, prefixes[head.group], batch, seed)
-                stats["admissions"] += 1
-        if tail and not queue and occupant:
-            target = tail_rows(len(occupant), engine.rows, shards)
-            if target < engine.rows:  # the tail: the live rows into a smaller engine
-                small = tails[target]
-                live = sorted(occupant)
-                spare = [r for r in range(engine.rows) if r not in occupant]  # done rows
-                keep = np.asarray(live + spare[: target - len(live)], np.int32)
-                state = engine.shrink(state, small, keep)
-                occupant = {new: occupant[old] for new, old in enumerate(live)}
-                free = list(range(len(live), target))
-                engine = small
-                stats["tail_moves"] += 1
-        if queue:
-            want = len(free) + min(len(queue), refill)
-        else:  # run until all rows are done, or until few enough are live for a smaller engine
-            low = tail_threshold(engine.rows, shards) if tail else 0
-            want = engine.rows - low if low else engine.rows + 1
-        state = engine.decode(state, seed, want)
-        done, length, reason, toks, steps = engine.peek(state)
-        finished = []
-        for row in sorted(occupant):
-            if done[row]:
-                it = occupant.pop(row)
-                pos = it.prompt.outputs[it.copy]
-                if pos in out:
-                    raise AssertionError(f"request {pos} answered twice")
-                out[pos] = (toks[row, : length[row]].tolist(), int(reason[row]))
-                finished.append((pos, out[pos][0], out[pos][1]))
-                free.append(row)
-        free.sort()
-        if finished and on_rows is not None:
-            on_rows(finished)
-    for key in [k for k, f in gen._pending.items() if f.cancel()]:  # not needed after all
-        del gen._pending[key]
+    try:
+        state = engine.new_state()
+        prefixes: dict[int, Any] = {}
+        occupant: dict[int, _Item] = {}
+        free = list(range(rows))
+        out: dict[int, tuple[list[int], int]] = {}
+        queue = list(reversed(items))  # pop() takes the head
+        stats = {
+            "admissions": 0,
+            "prompt_tokens": 0,
+            "prefill_tokens": 0,
+            "prefix_tokens": 0,
+            "tail_moves": 0,
+        }
+        steps = 0
+        while queue or occupant:
+            while queue and free:
+                head = queue[-1]
+                taken: list[_Item] = []
+                while queue and len(taken) < len(free) and queue[-1].group == head.group:
+                    taken.append(queue.pop())
+                group = groups[head.group]
+                if head.group not in prefixes:
+                    prefixes[head.group] = engine.prefix(group.tokens)
+                    stats["prefill_tokens"] += len(group.tokens)
+                    stats["prefix_tokens"] += len(group.tokens)
+                start = len(group.tokens)
+                for chunk in admission_chunks(taken, start):
+                    distinct: dict[int, int] = {}
+                    for it in chunk:
+                        distinct.setdefault(id(it.prompt), len(distinct))
+                    uniq = {distinct[id(it.prompt)]: it.prompt for it in chunk}
+                    suffixes = [uniq[k].tokens[start:] for k in range(len(uniq))]
+                    u, r = pow2_at_least(len(uniq), 1), pow2_at_least(len(chunk), 1)
+                    width = prefill_bucket(max(len(s) for s in suffixes))
+                    tokens = np.zeros((u, width), np.int32)
+                    valid = np.zeros((u, width), bool)
+                    for k, s in enumerate(suffixes):
+                        tokens[k, : len(s)] = s
+                        valid[k, : len(s)] = True
+                        stats["prefill_tokens"] += len(s)
+                    stats["prompt_tokens"] += sum(len(p.tokens) for p in uniq.values())
+                    dst = np.full(r, rows, np.int32)
+                    src = np.zeros(r, np.int32)
+                    for k, it in enumerate(chunk):
+                        row = free.pop(0)
+                        dst[k], src[k] = row, distinct[id(it.prompt)]
+                        occupant[row] = it
+                    batch = AdmitBatch(
+                        tokens, valid, np.int32(start), dst, src, _settings(chunk, r)
+                    )
+                    state = engine.admit(state, prefixes[head.group], batch, seed)
+                    stats["admissions"] += 1
+            if tail and not queue and occupant:
+                target = tail_rows(len(occupant), engine.rows, shards)
+                if target < engine.rows:  # the tail: the live rows into a smaller engine
+                    small = tails[target]
+                    live = sorted(occupant)
+                    spare = [r for r in range(engine.rows) if r not in occupant]  # done rows
+                    keep = np.asarray(live + spare[: target - len(live)], np.int32)
+                    state = engine.shrink(state, small, keep)
+                    occupant = {new: occupant[old] for new, old in enumerate(live)}
+                    free = list(range(len(live), target))
+                    engine = small
+                    stats["tail_moves"] += 1
+            if queue:
+                want = len(free) + min(len(queue), refill)
+            else:  # run until all rows are done, or until few enough are live for a smaller engine
+                low = tail_threshold(engine.rows, shards) if tail else 0
+                want = engine.rows - low if low else engine.rows + 1
+            state = engine.decode(state, seed, want)
+            done, length, reason, toks, steps = engine.peek(state)
+            finished = []
+            for row in sorted(occupant):
+                if done[row]:
+                    it = occupant.pop(row)
+                    pos = it.prompt.outputs[it.copy]
+                    if pos in out:
+                        raise AssertionError(f"request {pos} answered twice")
+                    out[pos] = (toks[row, : length[row]].tolist(), int(reason[row]))
+                    finished.append((pos, out[pos][0], out[pos][1]))
+                    free.append(row)
+            free.sort()
+            if finished and on_rows is not None:
+                on_rows(finished)
+    finally:  # what the background thread has not started is not needed after all
+        for key in [k for k, f in gen._pending.items() if f.cancel()]:
+            del gen._pending[key]
     stats["decode_steps"] = int(steps)
     stats["engine_rows"], stats["engine_slots"], stats["engine_new"] = rows, slots, n_new
     return out, stats
