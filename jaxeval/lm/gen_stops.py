@@ -61,10 +61,13 @@ def _is_byte_level(tokenizer: Any) -> bool:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return False
-    try:
-        decoder = json.loads(backend.to_str()).get("decoder") or {}
+    try:  # the decoder's own JSON (the whole tokenizer's, vocabulary included, takes ~0.15 s)
+        decoder = json.loads(backend.decoder.__getstate__()) if backend.decoder else {}
     except Exception:
-        return False
+        try:
+            decoder = json.loads(backend.to_str()).get("decoder") or {}
+        except Exception:
+            return False
     return "ByteLevel" in json.dumps(decoder)
 
 
@@ -79,6 +82,33 @@ def _vocab_bytes(piece: str | None, byte_level: bool, byte_decoder: dict[str, in
     return None
 
 
+def _decode_all(sequences: list[list[int]], tokenizer: Any) -> list[str]:
+    """`tokenizer.batch_decode(sequences, skip_special_tokens=False, clean_up_tokenization_spaces=
+    False)`; for transformers' fast tokenizers (whose `decode` is the backend's with no cleanup)
+    straight through the Rust backend's `decode_batch`, ~7x faster over a 49k vocabulary."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    fast = False
+    try:
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+        cls = type(tokenizer)
+        fast = (
+            isinstance(tokenizer, TokenizersBackend)
+            and cls._decode is TokenizersBackend._decode
+            and cls.decode is PreTrainedTokenizerBase.decode
+            and cls.batch_decode is PreTrainedTokenizerBase.batch_decode
+            and hasattr(backend, "decode_batch")
+        )
+    except ImportError:
+        pass
+    if fast:
+        return backend.decode_batch(sequences, skip_special_tokens=False)
+    return tokenizer.batch_decode(
+        sequences, skip_special_tokens=False, clean_up_tokenization_spaces=False
+    )
+
+
 def token_bytes(
     tokenizer: Any, vocab_size: int, width: int = BUFFER_BYTES
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -90,11 +120,7 @@ def token_bytes(
     special = set(int(i) for i in tokenizer.all_special_ids)
     anchor = next(i for i in tokenizer.encode("a", add_special_tokens=False) if i not in special)
     head = tokenizer.decode([anchor], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    texts = tokenizer.batch_decode(
-        [[anchor, t] for t in range(n_tok)],
-        skip_special_tokens=False,
-        clean_up_tokenization_spaces=False,
-    )
+    texts = _decode_all([[anchor, t] for t in range(n_tok)], tokenizer)
     pieces = tokenizer.convert_ids_to_tokens(list(range(n_tok)))
     byte_level = _is_byte_level(tokenizer)
     byte_decoder = _gpt2_byte_decoder() if byte_level else {}

@@ -88,3 +88,33 @@ def test_cut_at_earliest_stop_keeps_everything_else():
     assert cut_at_stops(" Paris.\n\nQ: x", ["\n\n", "Q:"]) == " Paris."
     assert cut_at_stops("a Q: b\n\n", ["\n\n", "Q:"]) == "a "
     assert cut_at_stops("  spaced  ", ["", "zz"]) == "  spaced  "
+
+
+@pytest.mark.parametrize("style", ["gpt2", "llama"])
+def test_token_bytes_fast_decode_equals_batch_decode(style):
+    """The Rust backend's decode_batch path gives the table `batch_decode` gives, byte for byte,
+    and the byte-level check reads the same decoder as the whole tokenizer's JSON."""
+    import json
+
+    from jaxeval.lm import gen_stops
+
+    tok = tokenizer(style)
+    seqs = [[3, t] for t in range(len(tok))]
+    slow = tok.batch_decode(seqs, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    assert gen_stops._decode_all(seqs, tok) == slow
+    full = json.loads(tok.backend_tokenizer.to_str()).get("decoder") or {}
+    assert gen_stops._is_byte_level(tok) == ("ByteLevel" in json.dumps(full))
+    fast_table = gen_stops.token_bytes(tok, len(tok), BUFFER_BYTES)
+
+    class Plain:  # no Rust backend: the batch_decode path
+        def __getattr__(self, name):
+            return getattr(tok, name)
+
+        def __len__(self):
+            return len(tok)
+
+    plain = Plain()
+    assert gen_stops._decode_all(seqs, plain) == slow
+    slow_table = gen_stops.token_bytes(plain, len(tok), BUFFER_BYTES)
+    np.testing.assert_array_equal(fast_table[0], slow_table[0])
+    np.testing.assert_array_equal(fast_table[1], slow_table[1])
