@@ -48,18 +48,16 @@ def prompt_bucket(n: int) -> int:
 
 
 def prefill_bucket(n: int) -> int:
-    """`prompt_bucket` up to 256, then eight widths per octave (288, 320, ..., 512, 576, ...) >= n.
+    """`prompt_bucket` up to 256, then four widths per octave (320, 384, 448, 512, 640, ...) >= n.
 
     The continuous engine's prefill widths (`gen_engine.admission_chunks`): a prefill computes
-    every padded token, so long prompts pad by less than an eighth of an octave (1,233 -> 1,280,
-    1,098 -> 1,152, where `prompt_bucket` gives 1,536). Four widths per octave padded GSM8K 5-shot's
-    8 prompts (8,796 tokens) to 9,600 and eight pad them to 9,024: 1.1 s less prefill, warm, at
-    SmolLM2-135M shapes, for one more compiled shape on that run (docs/performance.md). Never above
-    `prompt_bucket(n)`, so a suffix fits the slots that `engine_shape` reserves.
+    every padded token, so long prompts pad by less than a quarter octave (1,233 -> 1,280, where
+    `prompt_bucket` gives 1,536). Never above `prompt_bucket(n)`, so a suffix fits the slots that
+    `engine_shape` reserves.
     """
     if n <= 256:
         return prompt_bucket(n)
-    step = 1 << ((int(n) - 1).bit_length() - 4)  # 2**k < n <= 2**(k+1): steps of 2**(k-3)
+    step = 1 << ((int(n) - 1).bit_length() - 3)  # 2**k < n <= 2**(k+1): steps of 2**(k-2)
     return -(-int(n) // step) * step
 
 
