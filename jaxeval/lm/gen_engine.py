@@ -41,7 +41,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -140,6 +140,15 @@ def _settings(items: Sequence[_Item], r: int) -> RowSettings:
     return RowSettings(**settings)
 
 
+class _Job(NamedTuple):
+    """One executable to compile: its cache key, function, abstract arguments and `jax.jit` options."""
+
+    key: tuple
+    fn: Callable
+    args: tuple
+    options: dict
+
+
 class ContinuousEngine:
     """The compiled pieces for one engine shape, on one Generator (its params, mesh, compile cache)."""
 
@@ -175,31 +184,28 @@ class ContinuousEngine:
         self.param_shardings = jax.tree.map(lambda x: x.sharding, gen.params)
         self.stop_shardings = StopTable(self.replicated, self.replicated)
 
-    def _compile(self, key: tuple, fn: Callable, args: tuple, **jit_kwargs) -> Callable:
-        """The executable for `key`: compiled before, compiled ahead (waited for), or now."""
+    def _compile(self, job: _Job) -> Callable:
+        """The executable for `job.key`: compiled before, compiled ahead (waited for), or now."""
         gen = self.gen
-        if key not in gen._compiled:
-            pending = gen._pending.pop(key, None)
-            if pending is not None:
-                gen._compiled[key] = pending.result()
-            else:
-                gen._compiled[key] = self._build(fn, args, **jit_kwargs)
-        return gen._compiled[key]
+        if job.key not in gen._compiled:
+            pending = gen._pending.pop(job.key, None)
+            gen._compiled[job.key] = pending.result() if pending is not None else self._build(job)
+        return gen._compiled[job.key]
 
-    def _build(self, fn: Callable, args: tuple, **jit_kwargs) -> Callable:
+    def _build(self, job: _Job) -> Callable:
         start = time.perf_counter()
-        out = jax.jit(fn, **jit_kwargs).lower(*args).compile()
+        out = jax.jit(job.fn, **job.options).lower(*job.args).compile()
         self.gen.compile_seconds += time.perf_counter() - start
         return out
 
-    def _ahead(self, key: tuple, fn: Callable, args: tuple, **jit_kwargs) -> None:
-        """Queues `key`'s compilation on the generator's background compile thread."""
+    def _ahead(self, job: _Job) -> None:
+        """Queues `job`'s compilation on the generator's background compile thread."""
         gen = self.gen
-        if key in gen._compiled or key in gen._pending:
+        if job.key in gen._compiled or job.key in gen._pending:
             return
         if gen._compile_pool is None:
             gen._compile_pool = ThreadPoolExecutor(1, thread_name_prefix="jaxeval-gen-compile")
-        gen._pending[key] = gen._compile_pool.submit(self._build, fn, args, **jit_kwargs)
+        gen._pending[job.key] = gen._compile_pool.submit(self._build, job)
 
     def _abstract(self, tree: Any) -> Any:
         return jax.tree.map(
@@ -209,8 +215,7 @@ class ContinuousEngine:
 
     def new_state(self) -> EngineState:
         key = ("init", self.rows, self.slots, self.n_new)
-        fn = self._compile(key, self._make, (), out_shardings=self.state_shardings)
-        return fn()
+        return self._compile(_Job(key, self._make, (), {"out_shardings": self.state_shardings}))()
 
     def prefix(self, tokens: Sequence[int]) -> Any:
         """The prefix cache (1 row, prefill_bucket(S) slots; none: 0 slots)."""
@@ -223,40 +228,36 @@ class ContinuousEngine:
         valid = np.arange(width) < len(tokens)
         host = (ids, valid)
         fn = self._compile(
-            ("prefix", width),
-            lambda p, t, v: prefill_prefix(p, t, v, model=spec),
-            (self.gen.params, *self._abstract(host)),
-            in_shardings=(self.param_shardings, self.replicated, self.replicated),
-            out_shardings=self.replicated,
+            _Job(
+                ("prefix", width),
+                lambda p, t, v: prefill_prefix(p, t, v, model=spec),
+                (self.gen.params, *self._abstract(host)),
+                dict(
+                    in_shardings=(self.param_shardings, self.replicated, self.replicated),
+                    out_shardings=self.replicated,
+                ),
+            )
         )
         return fn(self.gen.params, *put_global(host, self.replicated))
 
-    def _state_fn(self, key: tuple, kernel: Callable, *extras: Any) -> tuple:
-        """(key, fn, args, jit options) of kernel(params, stop_table, state, *extras) -> state:
-        the state keeps its row shardings and is donated (the cache stays in place); extras are
-        replicated."""
+    def _state_job(self, key: tuple, kernel: Callable, *extras: Any) -> _Job:
+        """kernel(params, stop_table, state, *extras) -> state: the state keeps its row shardings
+        and is donated (the cache stays in place); extras are replicated."""
         args = (self.gen.params, self.gen.stop_table, self.abstract, *self._abstract(extras))
-        return (
-            key,
-            kernel,
-            args,
-            dict(
-                in_shardings=(
-                    self.param_shardings,
-                    self.stop_shardings,
-                    self.state_shardings,
-                    *[self.replicated] * len(extras),
-                ),
-                out_shardings=self.state_shardings,
-                donate_argnums=(2,),
+        options = dict(
+            in_shardings=(
+                self.param_shardings,
+                self.stop_shardings,
+                self.state_shardings,
+                *[self.replicated] * len(extras),
             ),
+            out_shardings=self.state_shardings,
+            donate_argnums=(2,),
         )
+        return _Job(key, kernel, args, options)
 
-    def _state_call(self, key: tuple, kernel: Callable, state: EngineState, *extras: Any):
-        """kernel(params, stop_table, state, *extras) -> state, compiled once per `key`."""
-        key, fn, args, options = self._state_fn(key, kernel, *extras)
-        fn = self._compile(key, fn, args, **options)
-        return fn(self.gen.params, self.gen.stop_table, state, *extras)
+    def _state_call(self, job: _Job, state: EngineState, *extras: Any) -> EngineState:
+        return self._compile(job)(self.gen.params, self.gen.stop_table, state, *extras)
 
     def admit(self, state: EngineState, prefix: Any, batch: AdmitBatch, seed: Any) -> EngineState:
         u, p = batch.tokens.shape
@@ -268,65 +269,60 @@ class ContinuousEngine:
         def kernel(pa, st, s, pf, b, sd):
             return admit(pa, st, s, pf, b, sd, model=spec, sample=sample, mesh=mesh)
 
-        return self._state_call(
-            key, kernel, state, prefix, put_global(batch, self.replicated), seed
-        )
+        extras = (prefix, put_global(batch, self.replicated), seed)
+        return self._state_call(self._state_job(key, kernel, *extras), state, *extras)
 
-    def _decode_fn(self, seed: Any, want: Any) -> tuple:
+    def _decode_job(self, seed: Any, want: Any) -> _Job:
         key = ("decode", self.rows, self.slots, self.n_new, self.sample)
         spec, mesh, sample = self.gen.spec, self.gen.mesh, self.sample
 
         def kernel(pa, st, s, sd, w):
             return decode_chunk(pa, st, s, sd, w, model=spec, sample=sample, mesh=mesh)
 
-        return self._state_fn(key, kernel, seed, want)
+        return self._state_job(key, kernel, seed, want)
 
     def decode(self, state: EngineState, seed: Any, want: int) -> EngineState:
         want = put_global(np.int32(want), self.replicated)
-        key, fn, args, options = self._decode_fn(seed, want)
-        fn = self._compile(key, fn, args, **options)
-        return fn(self.gen.params, self.gen.stop_table, state, seed, want)
+        return self._state_call(self._decode_job(seed, want), state, seed, want)
 
-    def _shrink_fn(self, small: ContinuousEngine) -> tuple:
-        key = ("shrink", self.rows, small.rows, self.slots, self.n_new)
+    def _shrink_job(self, small: ContinuousEngine) -> _Job:
         mesh = self.gen.mesh
-        keep = np.zeros(small.rows, np.int32)
-        return key, lambda s, k: select_rows(s, k, mesh=mesh), (
-            self.abstract,
-            *self._abstract((keep,)),
-        ), dict(in_shardings=(self.state_shardings, self.replicated),
-                out_shardings=small.state_shardings)  # fmt: skip
+        return _Job(
+            ("shrink", self.rows, small.rows, self.slots, self.n_new),
+            lambda s, k: select_rows(s, k, mesh=mesh),
+            (self.abstract, *self._abstract((np.zeros(small.rows, np.int32),))),
+            dict(
+                in_shardings=(self.state_shardings, self.replicated),
+                out_shardings=small.state_shardings,
+            ),
+        )
 
     def shrink(self, state: EngineState, small: ContinuousEngine, keep: np.ndarray) -> EngineState:
         """Rows `keep` of this engine's state as `small`'s state (`kernels.continuous.select_rows`)."""
-        key, fn, args, options = self._shrink_fn(small)
-        return self._compile(key, fn, args, **options)(state, put_global(keep, self.replicated))
+        return self._compile(self._shrink_job(small))(state, put_global(keep, self.replicated))
 
-    def _peek_fn(self) -> tuple:
-        key = ("peek", self.rows, self.slots, self.n_new)
-        return key, lambda s: (s.done, s.length, s.reason, s.out, s.steps), (self.abstract,), dict(
-            in_shardings=(self.state_shardings,), out_shardings=self.replicated
-        )  # fmt: skip
+    def _peek_job(self) -> _Job:
+        return _Job(
+            ("peek", self.rows, self.slots, self.n_new),
+            lambda s: (s.done, s.length, s.reason, s.out, s.steps),
+            (self.abstract,),
+            dict(in_shardings=(self.state_shardings,), out_shardings=self.replicated),
+        )
 
     def peek(self, state: EngineState) -> tuple[np.ndarray, ...]:
         """(done, length, reason, out, steps) on the host, replicated first (multi-process safe)."""
-        key, fn, args, options = self._peek_fn()
-        return to_host(self._compile(key, fn, args, **options)(state))
+        return to_host(self._compile(self._peek_job())(state))
 
     def compile_ahead(self, seed: Any, smaller: Sequence[ContinuousEngine]) -> None:
         """Queues this engine's decode chunk and host read, then each smaller (tail) engine's and
         the move into it, on the background compile thread: they compile while the main thread
         compiles and runs the admissions (two cores, one compile each)."""
-        want = np.int32(0)
         chain = [self, *smaller]
         for big, engine in zip([None, *chain], chain):
-            key, fn, args, options = engine._decode_fn(seed, want)
-            engine._ahead(key, fn, args, **options)
-            key, fn, args, options = engine._peek_fn()
-            engine._ahead(key, fn, args, **options)
+            engine._ahead(engine._decode_job(seed, np.int32(0)))
+            engine._ahead(engine._peek_job())
             if big is not None:
-                key, fn, args, options = big._shrink_fn(engine)
-                big._ahead(key, fn, args, **options)
+                big._ahead(big._shrink_job(engine))
 
 
 def admission_chunks(taken: Sequence[_Item], start: int) -> list[list[_Item]]:
