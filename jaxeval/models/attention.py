@@ -45,6 +45,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxeval.models import cpu_attention
 from jaxeval.models.layers import HIGHEST, dense, norm
 from jaxeval.models.rope import apply_rope
 from jaxeval.shapes import Bool, Float, Int
@@ -325,6 +326,10 @@ def cache_attend(
     state (`blocked_attend` with `init`; a long prefill, where the dense scores cost 2.4x the whole
     forward pass on CPU at T = 1,024).
 
+    A one-token step (T = 1, decode) on the CPU reads the cache through the fused kernel of
+    `cpu_attention` instead of the block loop when `cpu_attention.enabled()` (float32 cache, one
+    cache row per query row): the same online-softmax state over the same slots, in one pass.
+
     A cache of one row (`k_cache` [L, 1, G, E, C]: a shared prefix, `decoder.forward_new`) is read
     by all B query rows; C = 0 is no cache. `new_valid` gives the new keys' validity directly
     (default: `slot_valid` at their slots).
@@ -366,7 +371,17 @@ def cache_attend(
         return _Online.update(state, scores, allowed, vb, "bgmq,bgqe->bgme")
 
     state = _Online.init((b, g, r * t), e)  # [B, G, X*T]: the rows-merged layout
-    if c:
+    fused = (
+        c and t == 1 and bc == b
+        and {qm.dtype, k_cache.dtype, v_cache.dtype} == {jnp.dtype(jnp.float32)}
+        and cpu_attention.enabled()
+    )  # fmt: skip
+    if fused:  # a decode step on the CPU: one fused pass over each row's written slots
+        state = cpu_attention.cache_state(
+            qm, k_cache, v_cache, layer, row_index, slot_valid, slot_positions,
+            q_positions[:, 0], window, scale, softcap,
+        )  # fmt: skip
+    elif c:
         n_blocks = (jnp.max(row_index) + block - 1) // block  # blocks holding [0, index)
         state = jax.lax.fori_loop(0, n_blocks, key_block, state)
     m, total, acc = state  # back to [B, G, X, T] for the call's own keys

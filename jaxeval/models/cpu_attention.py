@@ -1,0 +1,169 @@
+"""A fused decode-attention kernel for XLA:CPU: `cpu_attention.cc`, built once per machine and
+called as an XLA FFI custom call by `attention.cache_attend` for one-token decode steps.
+
+Why: XLA:CPU runs a decode step's attention as a loop of small ops per cache block and layer, at
+~10 GB/s on one core; the kernel reads each row's K/V slab once, on every core of XLA's thread
+pool (docs/performance.md, "The fused CPU decode attention").
+
+    cache_state(q [B, G, M, E], k [L, B, G, E, C], v [L, B, G, C, E], layer, bound [B], valid,
+                slot_pos, q_pos [B], window, scale, softcap) -> (m, total [B, G, M], acc [B, G, M, E])
+
+the online-softmax state over slots [0, bound[b]) (valid, within the window), which `cache_attend`
+folds the step's own key into. Whether it is used (`enabled()`, read when a function is traced):
+
+    JAXEVAL_CPU_ATTENTION=auto  (default) on when the default backend is the CPU with one device
+                                and a C++ compiler builds the kernel; otherwise XLA's block loop
+    JAXEVAL_CPU_ATTENTION=on    on whenever the backend is the CPU (also over several host devices,
+                                where XLA gathers the operands); a failed build is an error
+    JAXEVAL_CPU_ATTENTION=off   never
+
+The build: `$CXX` (else c++, g++ or clang++) `-O3 -march=native -shared -fPIC` against jaxlib's FFI
+headers, into `<cache_home>/kernels/` under a name hashing the source, the compiler, the flags,
+jaxlib's version and the CPU model, written to a temporary file and renamed into place (concurrent
+processes are safe). About 3 s once; later processes load the file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.metadata
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxeval.errors import JaxevalError
+from jaxeval.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+TARGET = "jaxeval_decode_attention"
+ENV = "JAXEVAL_CPU_ATTENTION"
+MODES = ("auto", "on", "off")
+SOURCE = Path(__file__).with_name("cpu_attention.cc")
+_FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c++17")
+_lock = threading.Lock()
+_state: dict[str, object] = {}  # "ok": bool once a build was tried, "error": why it failed
+
+
+def mode() -> str:
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if value not in MODES:
+        raise JaxevalError(f"{ENV}={value!r} is not one of {', '.join(MODES)}")
+    return value
+
+
+def enabled() -> bool:
+    """Whether `cache_attend` traced now should call the kernel (builds it on first use)."""
+    chosen = mode()
+    if chosen == "off" or jax.default_backend() != "cpu":
+        return False
+    if chosen == "auto" and len(jax.devices()) != 1:
+        return False  # a sharded step: XLA would gather the kernel's operands onto every device
+    ok = _ensure_registered()
+    if not ok and chosen == "on":
+        raise JaxevalError(
+            f"{ENV}=on but the CPU decode-attention kernel could not be built: {_state['error']}. "
+            f"Install a C++ compiler (or set CXX), or set {ENV}=auto to fall back to XLA."
+        )
+    return ok
+
+
+def _cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features"))]
+    return "\n".join(sorted(set(lines)))
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def library_path(compiler: str) -> Path:
+    """Where the kernel built by `compiler` lives (or will)."""
+    version = subprocess.run(
+        [compiler, "--version"], capture_output=True, text=True, timeout=30
+    ).stdout
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), version.encode(), " ".join(_FLAGS).encode(),
+                 importlib.metadata.version("jaxlib").encode(), platform.machine().encode(),
+                 _cpu_model().encode()):  # fmt: skip
+        key.update(part)
+        key.update(b"\0")
+    suffix = ".dylib" if platform.system() == "Darwin" else ".so"
+    return cache_dir("kernels") / f"cpu_attention-{key.hexdigest()[:16]}{suffix}"
+
+
+def _build(compiler: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=target.suffix)
+    os.close(fd)
+    try:
+        cmd = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
+        if platform.system() == "Darwin":
+            cmd.insert(1, "-undefined")
+            cmd.insert(2, "dynamic_lookup")
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr.strip()[-2000:]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _ensure_registered() -> bool:
+    with _lock:
+        if "ok" in _state:
+            return bool(_state["ok"])
+        try:
+            compiler = _compiler()
+            if compiler is None:
+                raise RuntimeError("no C++ compiler found (tried $CXX, c++, g++, clang++)")
+            path = library_path(compiler)
+            if not path.exists():
+                log.info("building the CPU decode-attention kernel into %s", path)
+                _build(compiler, path)
+            lib = ctypes.cdll.LoadLibrary(str(path))
+            jax.ffi.register_ffi_target(
+                TARGET, jax.ffi.pycapsule(lib.JaxevalDecodeAttention), platform="cpu"
+            )
+            _state["ok"] = True
+        except Exception as err:  # noqa: BLE001 - any failure falls back to XLA's loop
+            log.info("CPU decode-attention kernel unavailable, using XLA's loop: %s", err)
+            _state.update(ok=False, error=str(err))
+        return bool(_state["ok"])
+
+
+def cache_state(q, k, v, layer, bound, valid, slot_pos, q_pos, window, scale, softcap):
+    """The kernel's online-softmax state (see the module docstring); float32 operands."""
+    b, g, m, e = q.shape
+    out = (
+        jax.ShapeDtypeStruct((b, g, m), jnp.float32),
+        jax.ShapeDtypeStruct((b, g, m), jnp.float32),
+        jax.ShapeDtypeStruct((b, g, m, e), jnp.float32),
+    )
+    windowed = window is not None
+    call = jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")
+    return call(
+        q, k, v,
+        jnp.asarray(layer, jnp.int32), jnp.asarray(bound, jnp.int32), valid.astype(bool),
+        slot_pos.astype(jnp.int32), jnp.asarray(q_pos, jnp.int32),
+        jnp.asarray(window if windowed else 0, jnp.int32), jnp.asarray(scale, jnp.float32),
+        softcap=np.float32(softcap or 0.0), windowed=np.int32(windowed),
+    )  # fmt: skip

@@ -1,0 +1,127 @@
+"""The fused CPU decode-attention kernel (`jaxeval/models/cpu_attention.cc`) against XLA's block loop.
+
+- `cache_attend` for one-token steps gives the same output with the kernel (JAXEVAL_CPU_ATTENTION=on)
+  as with XLA's loop (off) within float32 tolerance, over head groupings (M = 1..5 query heads per
+  kv head: one, two and three register groups), head sizes that are and are not multiples of 16,
+  slot counts that are not multiples of 8, per-row bounds of 0, some and all slots, invalid slots,
+  sliding windows and soft caps;
+- a generation run (continuous batching, greedy and sampled; llama and gemma2, whose windows and
+  soft caps go through the kernel) gives identical tokens with and without the kernel;
+- the mode rules: `auto` stays off on several devices, a bad value is a clear error.
+
+Skipped (not failed) only where no C++ compiler exists: `auto` then falls back to XLA by design.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxeval.errors import JaxevalError
+from jaxeval.models import attention, cpu_attention
+
+pytestmark = pytest.mark.skipif(cpu_attention._compiler() is None, reason="no C++ compiler")
+
+
+def _attend(mode, monkeypatch, q, kc, vc, layer, valid, spos, index, kn, vn, **kw):
+    monkeypatch.setenv(cpu_attention.ENV, mode)
+    jax.clear_caches()
+    fn = jax.jit(lambda *a: attention.cache_attend(*a, scale=jnp.float32(0.3), block=16, **kw))
+    return np.asarray(fn(q, kc, vc, layer, valid, spos, index[:, None], index, kn, vn))
+
+
+@pytest.mark.parametrize(
+    "x, e, c, window, softcap",
+    [
+        (3, 64, 300, None, None),  # SmolLM2's grouping and head size
+        (1, 16, 37, None, None),
+        (2, 24, 45, 20, None),  # head size not a multiple of 16, a sliding window
+        (4, 16, 64, None, 30.0),  # two register groups (3 + 1), Gemma-2's soft cap
+        (5, 32, 131, 50, 20.0),
+    ],
+)
+def test_kernel_equals_xla_loop(monkeypatch, x, e, c, window, softcap):
+    rng = np.random.default_rng(x * 1000 + e + c)
+    layers, rows, g = 3, 5, 2
+    q = rng.standard_normal((rows, 1, g * x, e)).astype(np.float32)
+    kc = rng.standard_normal((layers, rows, g, e, c)).astype(np.float32)
+    vc = rng.standard_normal((layers, rows, g, c, e)).astype(np.float32)
+    kn = rng.standard_normal((rows, 1, g, e)).astype(np.float32)
+    vn = rng.standard_normal((rows, 1, g, e)).astype(np.float32)
+    index = np.array([0, 1, c // 2, c - 3, c - 1], np.int32)  # row 0 sees only its own key
+    valid = rng.random((rows, c)) > 0.25
+    valid[np.arange(rows), index] = True  # each step's own key is real
+    spos = np.broadcast_to(np.arange(c, dtype=np.int32), (rows, c)).copy()
+    args = (q, kc, vc, jnp.int32(layers - 1), valid, spos, index, kn, vn)
+    kw = {"window": None if window is None else jnp.int32(window), "softcap": softcap}
+    fused = _attend("on", monkeypatch, *args, **kw)
+    loop = _attend("off", monkeypatch, *args, **kw)
+    assert fused.shape == loop.shape == (rows, 1, g * x, e)
+    np.testing.assert_allclose(fused, loop, atol=1e-5, rtol=1e-5)
+
+
+def test_kernel_is_in_the_program_only_when_on(monkeypatch):
+    """`on` puts the custom call in the decode step's program, `off` and multi-device `auto` do not."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 1, 3, 8)).astype(np.float32)
+    kc = rng.standard_normal((1, 2, 1, 8, 16)).astype(np.float32)
+    vc = rng.standard_normal((1, 2, 1, 16, 8)).astype(np.float32)
+    args = (q, kc, vc, jnp.int32(0), np.ones((2, 16), bool), np.zeros((2, 16), np.int32))
+    index = np.array([4, 9], np.int32)
+    new = q[:, :, :1]
+
+    def program(mode):
+        monkeypatch.setenv(cpu_attention.ENV, mode)
+        jax.clear_caches()
+        fn = jax.jit(
+            lambda *a: attention.cache_attend(
+                *a, window=None, scale=jnp.float32(1.0), softcap=None, block=8
+            )
+        )
+        return fn.lower(*args, index[:, None], index, new, new).as_text()
+
+    assert cpu_attention.TARGET in program("on")
+    assert cpu_attention.TARGET not in program("off")
+    assert len(jax.devices()) > 1  # the suite's 8 host devices: auto leaves sharded steps to XLA
+    assert cpu_attention.TARGET not in program("auto")
+
+
+def test_bad_mode_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv(cpu_attention.ENV, "fast")
+    with pytest.raises(JaxevalError, match="JAXEVAL_CPU_ATTENTION='fast'"):
+        cpu_attention.enabled()
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_generation_tokens_identical_with_kernel(monkeypatch, family):
+    from transformers import AutoTokenizer
+
+    from jaxeval.lm.generation import Generator
+    from jaxeval.models import load_model
+    from tests.helpers.tiny_models import tiny_checkpoint
+
+    path = tiny_checkpoint(family)
+    model, tok = load_model(path), AutoTokenizer.from_pretrained(path)
+    sampled = {"do_sample": True, "temperature": 1.3, "top_k": 40}
+    requests = [
+        (p, {"max_gen_toks": n, **extra})
+        for (p, n), extra in zip(
+            [("Hello there", 12), ("A B C D E F G", 3), ("One two three four", 9), ("x y", 14)],
+            [{}, {}, sampled, sampled],
+        )
+    ]
+
+    def tokens(mode):
+        monkeypatch.setenv(cpu_attention.ENV, mode)
+        jax.clear_caches()
+        gen = Generator(model=model, tokenizer=tok, max_length=128, batch_size=2, refill_rows=1)
+        return gen.generate_tokens(requests)
+
+    on = tokens("on")
+    assert on == tokens("off")
+    assert any(len(t) > 1 for t in on)
+    assert os.environ[cpu_attention.ENV] == "off"
