@@ -32,6 +32,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -50,7 +51,7 @@ struct Problem {
   const bool* valid;
   const int32_t* slot_pos;
   const int32_t* q_pos;
-  int64_t rows, heads, m, e, c;
+  int64_t heads, m, e, c;
   float scale, softcap;
   int32_t window;
   bool windowed;
@@ -172,26 +173,15 @@ void Values(const float* w, int64_t stride, const float* v, int64_t E, int64_t j
   }
 }
 
-template <int MB>
-void ScoresOrValues(const float* q, const float* k, const float* v, int64_t E, int64_t C,
-                    int64_t n, float* s, float* out, bool values) {
-  if (!values) return Scores<MB>(q, E, k, C, n, s, n);
-  for (int64_t j0 = 0; j0 < n; j0 += kSlotBlock) {
-    Values<MB>(s, n, v, E, j0, std::min(n, j0 + kSlotBlock), out);
-  }
-}
-
-// The queries in groups of up to kGroup: q.k scores (values false) or p.v (values true).
-void ForGroups(int64_t M, const float* q, const float* k, const float* v, int64_t E, int64_t C,
-               int64_t n, float* s, float* out, bool values) {
+// f(std::integral_constant<int, MB>, i0) for the queries [i0, i0 + MB) in groups of up to kGroup,
+// so that each group's register block has a size known at compile time.
+template <class F>
+void ForGroups(int64_t M, F&& f) {
   for (int64_t i0 = 0; i0 < M; i0 += kGroup) {
-    const float* qi = q + i0 * E;
-    float* si = s + i0 * n;
-    float* oi = out + i0 * E;
     switch (std::min<int64_t>(kGroup, M - i0)) {
-      case 1: ScoresOrValues<1>(qi, k, v, E, C, n, si, oi, values); break;
-      case 2: ScoresOrValues<2>(qi, k, v, E, C, n, si, oi, values); break;
-      default: ScoresOrValues<3>(qi, k, v, E, C, n, si, oi, values); break;
+      case 1: f(std::integral_constant<int, 1>{}, i0); break;
+      case 2: f(std::integral_constant<int, 2>{}, i0); break;
+      default: f(std::integral_constant<int, 3>{}, i0); break;
     }
   }
 }
@@ -223,7 +213,7 @@ void AttendOne(const Problem& p, int64_t task, std::vector<float>& scratch) {
   for (int64_t j = 0; j < n; ++j) {
     hidden[j] = (ok[j] && (!p.windowed || qp - kpos[j] < p.window)) ? 0.0f : -INFINITY;
   }
-  ForGroups(M, q, k, v, E, C, n, s, acc, false);
+  ForGroups(M, [&](auto mb, int64_t i0) { Scores<mb>(q + i0 * E, E, k, C, n, s + i0 * n, n); });
   bool any_visible = false;
   for (int64_t i = 0; i < M; ++i) {
     float* si = s + i * n;
@@ -262,7 +252,12 @@ void AttendOne(const Problem& p, int64_t task, std::vector<float>& scratch) {
     m_out[i] = best;
     total_out[i] = total;
   }
-  if (any_visible) ForGroups(M, q, k, v, E, C, n, s, acc, true);
+  if (!any_visible) return;
+  ForGroups(M, [&](auto mb, int64_t i0) {
+    for (int64_t j0 = 0; j0 < n; j0 += kSlotBlock) {
+      Values<mb>(s + i0 * n, n, v, E, j0, std::min(n, j0 + kSlotBlock), acc + i0 * E);
+    }
+  });
 }
 
 // Tasks handed out by an atomic counter to the calling thread and to pool helpers; the caller
@@ -311,7 +306,7 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
   const int64_t slab = B * G * E * C;
   sh->problem = Problem{q.typed_data(), k.typed_data() + l * slab, v.typed_data() + l * slab,
                         bound.typed_data(), valid.typed_data(), slot_pos.typed_data(),
-                        q_pos.typed_data(), B, G, M, E, C, scale.typed_data()[0], softcap,
+                        q_pos.typed_data(), G, M, E, C, scale.typed_data()[0], softcap,
                         window.typed_data()[0], windowed != 0, m_out->typed_data(),
                         total_out->typed_data(), acc_out->typed_data()};
   sh->tasks = B * G;
