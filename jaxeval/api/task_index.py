@@ -50,15 +50,25 @@ class Kind(enum.Enum):
 
 @dataclasses.dataclass
 class Entry:
-    """One indexed name. `py_class` is the unresolved `class: !function m.C` of a Python task."""
+    """One indexed name. `py_class` is the unresolved `class: !function m.C` of a Python task.
+
+    The file is kept as given (a str from the cache, a Path from parsing) and made a Path on first
+    read: a warm start builds ~14k entries and most are never looked at.
+    """
 
     name: str
     kind: Kind
-    yaml_path: Path | None
+    yaml_file: str | Path | None
     cfg: dict | None = None
     tags: set[str] = dataclasses.field(default_factory=set)
     source: str = "inline"
     py_class: str | None = None
+
+    @property
+    def yaml_path(self) -> Path | None:
+        if isinstance(self.yaml_file, str):
+            self.yaml_file = Path(self.yaml_file)
+        return self.yaml_file
 
 
 def _as_set(value: Any) -> set[str]:
@@ -83,30 +93,48 @@ def index_cache_dir() -> Path:
     return cache_dir("task_index", env="JAXEVAL_INDEX_CACHE")
 
 
-def scan(root: Path) -> tuple[list[Path], str]:
-    """(the folder's *.yaml files in sorted order, the cache key of all its YAML and templates)."""
-    indexed: list[Path] = []
+def scan(root: Path) -> tuple[list[str], str]:
+    """(the folder's *.yaml files in sorted order, the cache key of all its YAML and templates).
+
+    Plain strings and `os.scandir`: this is all a warm start does besides reading the JSON, and
+    pathlib or `os.path.relpath` per file cost more than the ~15k `stat` calls themselves.
+    """
+    indexed: list[str] = []
     stamps: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in _IGNORE_DIRS]
-        for fname in filenames:
-            if not fname.endswith(_TEMPLATE_SUFFIXES):
-                continue
-            full = os.path.join(dirpath, fname)
-            st = os.stat(full)
-            stamps.append(f"{os.path.relpath(full, root)}\0{st.st_size}\0{st.st_mtime_ns}")
-            if fname.endswith(".yaml"):
-                indexed.append(Path(full))
+    base = str(root)
+    pending = [(base, "")]
+    while pending:
+        folder, rel = pending.pop()
+        try:
+            it = os.scandir(folder)
+        except OSError:
+            continue
+        with it:
+            for item in it:
+                name = item.name
+                if item.is_dir():
+                    # like os.walk: a linked folder is not entered
+                    if name not in _IGNORE_DIRS and not item.is_symlink():
+                        pending.append((item.path, f"{rel}{name}/"))
+                    continue
+                if not name.endswith(_TEMPLATE_SUFFIXES):
+                    continue
+                st = item.stat()
+                stamps.append(f"{rel}{name}\0{st.st_size}\0{st.st_mtime_ns}")
+                if name.endswith(".yaml"):
+                    indexed.append(item.path)
     stamps.sort()
-    digest = hashlib.sha256("\n".join([INDEX_VERSION, str(root), *stamps]).encode()).hexdigest()
-    return sorted(indexed, key=lambda p: p.as_posix()), digest
+    digest = hashlib.sha256("\n".join([INDEX_VERSION, base, *stamps]).encode()).hexdigest()
+    indexed.sort()
+    return indexed, digest
 
 
-def parse_folder(root: Path, files: list[Path], source: str) -> dict[str, Entry]:
+def parse_folder(root: Path, files: list[str], source: str) -> dict[str, Entry]:
     """Reads every file (functions unresolved); unreadable files are skipped with a debug line."""
     found: dict[str, Entry] = {}
     memo: dict[Path, dict] = {}
-    for path in files:
+    for file in files:
+        path = Path(file)
         try:
             cfg = load_yaml(path, resolve_functions=False, memo=memo)
             kind = kind_of(cfg, path)
@@ -139,11 +167,12 @@ def parse_folder(root: Path, files: list[Path], source: str) -> dict[str, Entry]
 
 
 def _to_json(root: Path, entries: dict[str, Entry]) -> list:
+    prefix = f"{root}{os.sep}"
     return [
         [
             e.name,
             e.kind.value,
-            os.path.relpath(e.yaml_path, root) if e.yaml_path else None,
+            str(e.yaml_path).removeprefix(prefix) if e.yaml_path else None,
             sorted(e.tags),
             e.py_class,
         ]
@@ -152,8 +181,9 @@ def _to_json(root: Path, entries: dict[str, Entry]) -> list:
 
 
 def _from_json(root: Path, rows: list, source: str) -> dict[str, Entry]:
+    prefix = f"{root}{os.sep}"
     return {
-        name: Entry(name, Kind(kind), root / rel if rel else None, None, set(tags), source, py)
+        name: Entry(name, Kind(kind), prefix + rel if rel else None, None, set(tags), source, py)
         for name, kind, rel, tags, py in rows
     }
 
