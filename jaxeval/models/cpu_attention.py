@@ -87,10 +87,12 @@ def _cpu_model() -> str:
     return "\n".join(sorted(set(lines)))
 
 
-def _compiler() -> str | None:
+def compiler() -> str | None:
+    """The C++ compiler a build would use: `$CXX`, else c++, g++ or clang++ (None: none found)."""
     for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
+        found = shutil.which(name) if name else None
+        if found:
+            return found
     return None
 
 
@@ -132,13 +134,13 @@ def _ensure_registered() -> bool:
         if "ok" in _state:
             return bool(_state["ok"])
         try:
-            compiler = _compiler()
-            if compiler is None:
+            found = compiler()
+            if found is None:
                 raise RuntimeError("no C++ compiler found (tried $CXX, c++, g++, clang++)")
-            path = library_path(compiler)
+            path = library_path(found)
             if not path.exists():
                 log.info("building the CPU decode-attention kernel into %s", path)
-                _build(compiler, path)
+                _build(found, path)
             lib = ctypes.cdll.LoadLibrary(str(path))
             jax.ffi.register_ffi_target(
                 TARGET, jax.ffi.pycapsule(lib.JaxevalDecodeAttention), platform="cpu"

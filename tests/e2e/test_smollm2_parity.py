@@ -154,7 +154,7 @@ def chat_run(gguf_path) -> tuple[dict, list]:
     from jaxeval.models import cpu_attention
 
     before = os.environ.get(cpu_attention.ENV)
-    os.environ[cpu_attention.ENV] = "on" if cpu_attention._compiler() else "auto"
+    os.environ[cpu_attention.ENV] = "on" if cpu_attention.compiler() else "auto"
     jax.clear_caches()  # no jaxpr traced with the other setting is reused
     try:
         return run_jaxeval("gsm8k_chat")

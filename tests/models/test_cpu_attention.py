@@ -24,7 +24,7 @@ import pytest
 from jaxeval.errors import JaxevalError
 from jaxeval.models import attention, cpu_attention
 
-pytestmark = pytest.mark.skipif(cpu_attention._compiler() is None, reason="no C++ compiler")
+pytestmark = pytest.mark.skipif(cpu_attention.compiler() is None, reason="no C++ compiler")
 
 
 def _attend(mode, monkeypatch, q, kc, vc, layer, valid, spos, index, kn, vn, **kw):
