@@ -220,10 +220,20 @@ def blocked_attend(
     `init`: an online-softmax state of the T queries over keys seen before these ([B, G, X, T]
     max and sum, [B, G, X, T, E] values: `_Online`), which each query block continues from
     (`cache_attend`: a prefill's cached prefix, then the prompt's own keys block by block).
+
+    On the CPU, when `cpu_attention.enabled()` and q, k, v are float32, the fused kernel
+    `cpu_attention.packed` computes the same output in one custom call (no padding to `block`;
+    the result differs from the loop only in float32 summation order).
     """
     b, t, h, e = q.shape
     g = k.shape[2]
     r = h // g
+    if {q.dtype, k.dtype, v.dtype} == {jnp.dtype(jnp.float32)} and cpu_attention.enabled():
+        if init is None:
+            init = _Online.init((b, g, r, t), e)
+        return cpu_attention.packed(
+            q, k, v, segment, parent, positions, window, scale, softcap, init
+        )  # the same rule and online softmax, fused (any T: no padding to the block)
     pad = -t % block
     if pad:
         q, k, v, segment, parent, positions = (

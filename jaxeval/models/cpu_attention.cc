@@ -1,3 +1,7 @@
+// Fused attention for XLA:CPU (FFI custom calls): decode steps over the stacked KV cache
+// (JaxevalDecodeAttention, below) and packed rows / a prefill's own keys (JaxevalPackedAttention,
+// after it).
+//
 // Decode attention over one layer of the stacked KV cache, fused, for XLA:CPU (an FFI custom call).
 //
 // The Python side (`jaxeval/models/cpu_attention.py`) builds this file once per machine and calls
@@ -30,6 +34,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -264,7 +269,7 @@ void AttendOne(const Problem& p, int64_t task, std::vector<float>& scratch) {
 // waits for the last one. Helpers hold the state by shared_ptr, so one that starts after the call
 // returned finds no task and touches nothing else.
 struct Shared {
-  Problem problem;
+  std::function<void(int64_t, std::vector<float>&)> task;
   int64_t tasks = 0;
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
@@ -275,11 +280,24 @@ struct Shared {
 void Work(Shared* sh) {
   std::vector<float> scratch;
   int64_t mine = 0;
-  for (int64_t t; (t = sh->next.fetch_add(1)) < sh->tasks; ++mine) AttendOne(sh->problem, t, scratch);
+  for (int64_t t; (t = sh->next.fetch_add(1)) < sh->tasks; ++mine) sh->task(t, scratch);
   if (mine && sh->done.fetch_add(mine) + mine == sh->tasks) {
     std::lock_guard<std::mutex> lock(sh->mu);
     sh->cv.notify_all();
   }
+}
+
+template <class F>
+void RunTasks(ffi::ThreadPool& pool, int64_t tasks, F&& task) {
+  if (tasks <= 0) return;
+  auto sh = std::make_shared<Shared>();
+  sh->task = std::forward<F>(task);
+  sh->tasks = tasks;
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), tasks - 1);
+  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([sh] { Work(sh.get()); });
+  Work(sh.get());
+  std::unique_lock<std::mutex> lock(sh->mu);
+  sh->cv.wait(lock, [&] { return sh->done.load() == sh->tasks; });
 }
 
 ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
@@ -302,20 +320,245 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
   }
   const int32_t l = layer.typed_data()[0];
   if (l < 0 || l >= L) return ffi::Error::InvalidArgument("jaxeval_decode_attention: layer out of range");
-  auto sh = std::make_shared<Shared>();
   const int64_t slab = B * G * E * C;
-  sh->problem = Problem{q.typed_data(), k.typed_data() + l * slab, v.typed_data() + l * slab,
+  const Problem problem{q.typed_data(), k.typed_data() + l * slab, v.typed_data() + l * slab,
                         bound.typed_data(), valid.typed_data(), slot_pos.typed_data(),
                         q_pos.typed_data(), G, M, E, C, scale.typed_data()[0], softcap,
                         window.typed_data()[0], windowed != 0, m_out->typed_data(),
                         total_out->typed_data(), acc_out->typed_data()};
-  sh->tasks = B * G;
-  if (sh->tasks == 0) return ffi::Error::Success();
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), sh->tasks - 1);
-  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([sh] { Work(sh.get()); });
-  Work(sh.get());
-  std::unique_lock<std::mutex> lock(sh->mu);
-  sh->cv.wait(lock, [&] { return sh->done.load() == sh->tasks; });
+  RunTasks(pool, B * G, [problem](int64_t t, std::vector<float>& scratch) {
+    AttendOne(problem, t, scratch);
+  });
+  return ffi::Error::Success();
+}
+
+// ---- Prefill / scoring: `attention.blocked_attend`'s packed-row rule, fused ---------------------
+//
+// `attention.blocked_attend` (`jaxeval/models/cpu_attention.py`, `packed`), any T:
+//
+//   q        [B, T, H, E]   float32   H = G * X query heads
+//   kt       [B, G, E, T]   float32   keys, transposed by the caller (tokens minor)
+//   v        [B, G, T, E]   float32   values
+//   segment, parent, positions [B, T] int32   the packing rule of `attention`'s module docstring
+//   m0, total0 [B, G, X, T], acc0 [B, G, X, T, E] float32   the online-softmax state to continue
+//                                    (a prefill's cached prefix; "nothing seen" otherwise)
+//   window   []  int32                read when the attribute windowed != 0
+//   scale    []  float32              after the dot, then the soft cap (attribute, 0: none)
+//   ->  out  [B, T, H, E]             acc / total (acc where total is 0), `_Online.finish`
+//
+// One task is (row b, kv head g, up to kQueries queries): its X * nq query rows walk the key
+// blocks up to their last query. Per block: the visibility of its keys to each query (eight at a
+// time), skipped when no query sees one; the scores in MB x 16 register blocks; scale, soft cap,
+// mask and row max; the correction of the running state and a vectorized exp (0 for hidden keys);
+// the weighted values in MB x 16 register blocks. Queries that see no key at all (padding) keep
+// their init state and are never read.
+
+constexpr int64_t kQueries = 16;  // queries per task (times the X heads of one kv head: its rows)
+constexpr int64_t kKeys = 128;    // keys per block: the [R, kKeys] scores stay in L1/L2
+
+struct Packed {
+  const float* q;       // [B, T, H, E]
+  const float* kt;      // [B, G, E, T]
+  const float* v;       // [B, G, T, E]
+  const int32_t* seg;   // [B, T]
+  const int32_t* par;   // [B, T]
+  const int32_t* pos;   // [B, T]
+  const float* m0;      // [B, G, X, T]
+  const float* total0;  // [B, G, X, T]
+  const float* acc0;    // [B, G, X, T, E]
+  int64_t t, g, x, e;
+  float scale, softcap;
+  int32_t window;
+  bool windowed;
+  float* out;  // [B, T, H, E]
+};
+
+// s[i, j0:j0+16] = q[i] . kt[:, j0:j0+16] for MB queries (q [MB, E]), kt [E, ld] (keys minor):
+// MB x 16 scores in registers while the strip's E rows stream by (from L1: every row group of a
+// task reads the same 4 KB strip).
+template <int MB>
+inline void ScoreStrip(const float* q, int64_t E, const float* kt, int64_t ld, int64_t j0,
+                       float* s, int64_t stride) {
+  V8 a[MB][2] = {};
+  for (int64_t d = 0; d < E; ++d) {
+    const V8 k0 = Load(kt + d * ld + j0), k1 = Load(kt + d * ld + j0 + kW);
+    for (int i = 0; i < MB; ++i) {
+      const V8 qd = Splat(q[i * E + d]);
+      a[i][0] += qd * k0;
+      a[i][1] += qd * k1;
+    }
+  }
+  for (int i = 0; i < MB; ++i) {
+    Store(s + i * stride + j0, a[i][0]);
+    Store(s + i * stride + j0 + kW, a[i][1]);
+  }
+}
+
+template <int G, class F>
+void ForGroupsOf(int64_t M, F&& f) {
+  static_assert(G >= 1 && G <= 4);
+  for (int64_t i0 = 0; i0 < M; i0 += G) {
+    switch (std::min<int64_t>(G, M - i0)) {
+      case 1: f(std::integral_constant<int, 1>{}, i0); break;
+      case 2: f(std::integral_constant<int, 2>{}, i0); break;
+      case 3: if constexpr (G >= 3) f(std::integral_constant<int, 3>{}, i0); break;
+      default: if constexpr (G >= 4) f(std::integral_constant<int, 4>{}, i0); break;
+    }
+  }
+}
+
+// One (row b, kv head g, block of up to kQueries queries): its R = X * nq query rows (row
+// x * nq + i is head g * X + x at query t0 + i) over key blocks [j0, j0 + kKeys) up to the last
+// query, online softmax from the init state, then acc / total (`_Online.finish`).
+void PackedOne(const Packed& p, int64_t task, std::vector<float>& scratch) {
+  const int64_t T = p.t, G = p.g, X = p.x, E = p.e, H = G * X;
+  const int64_t blocks = (T + kQueries - 1) / kQueries;
+  const int64_t b = task / (G * blocks), g = task / blocks % G, t0 = task % blocks * kQueries;
+  const int64_t nq = std::min(kQueries, T - t0), R = X * nq;
+  scratch.resize(R * E + R * E + R * kKeys + nq * kKeys + 2 * R);  // kKeys: a multiple of 8
+  float* qs = scratch.data();      // [R, E] the query rows, contiguous
+  float* acc = qs + R * E;         // [R, E]
+  float* s = acc + R * E;          // [R, kKeys] scores, then weights
+  float* hide = s + R * kKeys;     // [nq, kKeys] 0 where visible, -inf where not
+  float* m = hide + nq * kKeys;    // [R]
+  float* total = m + R;            // [R]
+  const int32_t* seg = p.seg + b * T;
+  const int32_t* par = p.par + b * T;
+  const int32_t* pos = p.pos + b * T;
+  for (int64_t x = 0; x < X; ++x) {
+    const int64_t state = ((b * G + g) * X + x) * T + t0;  // [B, G, X, T] index of query t0
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t r = x * nq + i;
+      std::memcpy(qs + r * E, p.q + ((b * T + t0 + i) * H + g * X + x) * E, E * sizeof(float));
+      std::memcpy(acc + r * E, p.acc0 + (state + i) * E, E * sizeof(float));
+      m[r] = p.m0[state + i];
+      total[r] = p.total0[state + i];
+    }
+  }
+  const float* kt = p.kt + (b * G + g) * E * T;  // [E, T]
+  const float* v = p.v + (b * G + g) * T * E;    // [T, E]
+  for (int64_t j0 = 0; j0 < t0 + nq; j0 += kKeys) {
+    const int64_t n = std::min(kKeys, t0 + nq - j0);
+    // Key j is seen by query t iff j <= t, seg[j] != 0, seg[j] is seg[t] or par[t], and (with
+    // a window) pos[t] - pos[j] < window: eight keys at a time, n rounded up to 8 (the keys past
+    // n are read from the padded copies below and hidden by j <= t or by j >= T's segment 0).
+    const int64_t n8 = (n + kW - 1) / kW * kW;
+    int32_t kseg[kKeys], kpos[kKeys], kidx[kKeys];
+    for (int64_t jj = 0; jj < n8; ++jj) {
+      const int64_t j = j0 + jj;
+      kseg[jj] = j < T ? seg[j] : 0;
+      kpos[jj] = j < T ? pos[j] : 0;
+      kidx[jj] = static_cast<int32_t>(j);
+    }
+    I8 seen_any{};
+    for (int64_t i = 0; i < nq; ++i) {
+      const int32_t t = static_cast<int32_t>(t0 + i);
+      const I8 st = I8{} + seg[t], pt = I8{} + par[t], qt = I8{} + t, post = I8{} + pos[t];
+      const I8 win = I8{} + p.window;
+      for (int64_t jj = 0; jj < n8; jj += kW) {
+        I8 sk, pk, jk;
+        std::memcpy(&sk, kseg + jj, sizeof sk);
+        std::memcpy(&pk, kpos + jj, sizeof pk);
+        std::memcpy(&jk, kidx + jj, sizeof jk);
+        I8 seen = (jk <= qt) & (sk != 0) & ((sk == st) | (sk == pt));
+        if (p.windowed) seen &= (post - pk) < win;
+        seen_any |= seen;
+        const I8 bits = ~seen & static_cast<int32_t>(0xff800000u);  // 0.0f or -inf
+        std::memcpy(hide + i * kKeys + jj, &bits, sizeof bits);
+      }
+    }
+    bool any = false;
+    for (int l = 0; l < kW; ++l) any |= seen_any[l] != 0;
+    if (!any) continue;  // a block no query of this task sees (another segment, the window)
+    const int64_t n16 = n / (2 * kW) * (2 * kW);
+    for (int64_t j = 0; j < n16; j += 2 * kW) {  // key strips outer: each stays in L1
+      ForGroupsOf<4>(R, [&](auto mb, int64_t r0) {
+        ScoreStrip<mb>(qs + r0 * E, E, kt + j0, T, j, s + r0 * kKeys, kKeys);
+      });
+    }
+    for (int64_t r = 0; r < R; ++r) {  // the last n % 16 keys
+      for (int64_t j = n16; j < n; ++j) {
+        float dot = 0.0f;
+        for (int64_t d = 0; d < E; ++d) dot += qs[r * E + d] * kt[d * T + j0 + j];
+        s[r * kKeys + j] = dot;
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      float* sr = s + r * kKeys;
+      const float* hr = hide + (r % nq) * kKeys;
+      std::fill(sr + n, sr + n8, 0.0f);  // finite scores past n, which `hr` hides
+      if (p.softcap != 0.0f) {
+        for (int64_t jj = 0; jj < n; ++jj) sr[jj] = std::tanh(sr[jj] * p.scale / p.softcap) * p.softcap;
+      }
+      const float scale = p.softcap != 0.0f ? 1.0f : p.scale;
+      V8 lanes = Splat(-INFINITY);
+      for (int64_t jj = 0; jj < n8; jj += kW) {  // scores past n: their hide is -inf
+        const V8 x = Load(sr + jj) * scale + Load(hr + jj);  // + 0, or - inf where not seen
+        Store(sr + jj, x);
+        lanes = lanes > x ? lanes : x;
+      }
+      const float best = MaxOf(lanes);
+      if (best == -INFINITY) {  // this query sees no key of the block: its state stays
+        std::fill(sr, sr + n, 0.0f);
+        continue;
+      }
+      const float m_new = std::max(m[r], best);
+      const float correction = ExpNonPositive(m[r] - m_new);
+      V8 sums{};
+      for (int64_t jj = 0; jj < n8; jj += kW) {
+        const V8 w = ExpNonPositive(Load(sr + jj) - m_new);  // 0 for hidden keys
+        Store(sr + jj, w);
+        sums += w;
+      }
+      const float added = SumOf(sums);
+      m[r] = m_new;
+      total[r] = total[r] * correction + added;
+      if (correction != 1.0f) {
+        for (int64_t d = 0; d < E; ++d) acc[r * E + d] *= correction;
+      }
+    }
+    ForGroupsOf<4>(R, [&](auto mb, int64_t r0) {
+      Values<mb>(s + r0 * kKeys, kKeys, v + j0 * E, E, 0, n, acc + r0 * E);
+    });
+  }
+  for (int64_t x = 0; x < X; ++x) {
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t r = x * nq + i;
+      const float div = total[r] > 0.0f ? total[r] : 1.0f;
+      float* o = p.out + ((b * T + t0 + i) * H + g * X + x) * E;
+      for (int64_t d = 0; d < E; ++d) o[d] = acc[r * E + d] / div;
+    }
+  }
+}
+
+ffi::Error PackedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> kt,
+                           ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::S32> seg,
+                           ffi::Buffer<ffi::S32> par, ffi::Buffer<ffi::S32> pos,
+                           ffi::Buffer<ffi::F32> m0, ffi::Buffer<ffi::F32> total0,
+                           ffi::Buffer<ffi::F32> acc0, ffi::Buffer<ffi::S32> window,
+                           ffi::Buffer<ffi::F32> scale, float softcap, int32_t windowed,
+                           ffi::ResultBuffer<ffi::F32> out) {
+  auto qd = q.dimensions(), kd = kt.dimensions(), vd = v.dimensions(), md = m0.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || md.size() != 4 ||
+      acc0.dimensions().size() != 5) {
+    return ffi::Error::InvalidArgument("jaxeval_packed_attention: operand ranks");
+  }
+  const int64_t B = qd[0], T = qd[1], H = qd[2], E = qd[3], G = kd[1];
+  if (G == 0 || H % G != 0 || kd[0] != B || kd[2] != E || kd[3] != T || vd[0] != B ||
+      vd[1] != G || vd[2] != T || vd[3] != E || md[0] != B || md[1] != G || md[2] != H / G ||
+      md[3] != T || total0.element_count() != B * H * T || acc0.element_count() != B * H * T * E ||
+      seg.element_count() != B * T || par.element_count() != B * T ||
+      pos.element_count() != B * T || out->element_count() != B * T * H * E) {
+    return ffi::Error::InvalidArgument("jaxeval_packed_attention: operand shapes disagree");
+  }
+  const Packed packed{q.typed_data(), kt.typed_data(), v.typed_data(), seg.typed_data(),
+                      par.typed_data(), pos.typed_data(), m0.typed_data(), total0.typed_data(),
+                      acc0.typed_data(), T, G, H / G, E, scale.typed_data()[0], softcap,
+                      window.typed_data()[0], windowed != 0, out->typed_data()};
+  const int64_t blocks = (T + kQueries - 1) / kQueries;
+  RunTasks(pool, B * G * blocks, [packed](int64_t t, std::vector<float>& scratch) {
+    PackedOne(packed, t, scratch);
+  });
   return ffi::Error::Success();
 }
 
@@ -339,3 +582,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxevalDecodeAttention, DecodeAttention,
                                   .Ret<ffi::Buffer<ffi::F32>>()   // m
                                   .Ret<ffi::Buffer<ffi::F32>>()   // total
                                   .Ret<ffi::Buffer<ffi::F32>>()); // acc
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxevalPackedAttention, PackedAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // q
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // kt
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // v
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // segment
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // parent
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // positions
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // m0
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // total0
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // acc0
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // window
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // scale
+                                  .Attr<float>("softcap")
+                                  .Attr<int32_t>("windowed")
+                                  .Ret<ffi::Buffer<ffi::F32>>()); // out

@@ -1,26 +1,39 @@
-"""A fused decode-attention kernel for XLA:CPU: `cpu_attention.cc`, built once per machine and
-called as an XLA FFI custom call by `attention.cache_attend` for one-token decode steps.
+"""Fused attention kernels for XLA:CPU: `cpu_attention.cc`, built once per machine and called as
+XLA FFI custom calls by `attention.cache_attend` (one-token decode steps) and
+`attention.blocked_attend` (scoring's packed rows and a prefill's own keys).
 
 Why: XLA:CPU runs a decode step's attention as a loop of small ops per cache block and layer, at
-~10 GB/s on one core; the kernel reads each row's K/V slab once, on every core of XLA's thread
-pool (docs/performance.md, "The fused CPU decode attention").
+~10 GB/s on one core; the decode kernel reads each row's K/V slab once, on every core of XLA's
+thread pool (docs/performance.md, "The fused CPU decode attention"). XLA runs the blocked
+attention of a long row as a scan of query blocks over a loop of key blocks, each a handful of
+separate ops over a [Q, Q] score block; the packed kernel keeps each task's scores in L1 and its
+scores, mask, online softmax and weighted values in registers, and its program has no loops to
+compile (docs/performance.md, "The fused CPU prefill and scoring attention").
 
     cache_state(q [B, G, M, E], k [L, B, G, E, C], v [L, B, G, C, E], layer, bound [B], valid,
                 slot_pos, q_pos [B], window, scale, softcap) -> (m, total [B, G, M], acc [B, G, M, E])
 
 the online-softmax state over slots [0, bound[b]) (valid, within the window), which `cache_attend`
-folds the step's own key into. Whether it is used (`enabled()`, read when a function is traced):
+folds the step's own key into;
+
+    packed(q [B, T, H, E], k, v [B, T, G, E], segment, parent, positions [B, T], window, scale,
+           softcap, init) -> out [B, T, H, E]
+
+`blocked_attend`'s finished output under the packing rule (`attention` module docstring), its
+online softmax starting from `init`. Whether they are used (`enabled()`, read when a function is
+traced):
 
     JAXEVAL_CPU_ATTENTION=auto  (default) on when the default backend is the CPU with one device
-                                and a C++ compiler builds the kernel; otherwise XLA's block loop
+                                and a C++ compiler builds the kernels; otherwise XLA's loops
     JAXEVAL_CPU_ATTENTION=on    on whenever the backend is the CPU (also over several host devices,
                                 where XLA gathers the operands); a failed build is an error
     JAXEVAL_CPU_ATTENTION=off   never
 
-The build: `$CXX` (else c++, g++ or clang++) `-O3 -march=native -shared -fPIC` against jaxlib's FFI
-headers, into `<cache_home>/kernels/` under a name hashing the source, the compiler, the flags,
-jaxlib's version and the CPU model, written to a temporary file and renamed into place (concurrent
-processes are safe): 4.3 s once on the 2-core CPU; later processes load the file.
+The build: `$CXX` (else c++, g++ or clang++) `-O3 -march=native -ffp-contract=fast -shared -fPIC`
+against jaxlib's FFI headers, into `<cache_home>/kernels/` under a name hashing the source, the
+compiler, the flags, jaxlib's version and the CPU model, written to a temporary file and renamed
+into place (concurrent processes are safe): 4-5 s once on the 2-core CPU; later processes load the
+file.
 """
 
 from __future__ import annotations
@@ -47,10 +60,11 @@ from jaxeval.paths import cache_dir
 log = logging.getLogger(__name__)
 
 TARGET = "jaxeval_decode_attention"
+PACKED_TARGET = "jaxeval_packed_attention"
 ENV = "JAXEVAL_CPU_ATTENTION"
 MODES = ("auto", "on", "off")
 SOURCE = Path(__file__).with_name("cpu_attention.cc")
-_FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c++17")
+_FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-shared", "-fPIC", "-std=c++17")
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "ok": bool once a build was tried, "error": why it failed
 
@@ -145,6 +159,9 @@ def _ensure_registered() -> bool:
             jax.ffi.register_ffi_target(
                 TARGET, jax.ffi.pycapsule(lib.JaxevalDecodeAttention), platform="cpu"
             )
+            jax.ffi.register_ffi_target(
+                PACKED_TARGET, jax.ffi.pycapsule(lib.JaxevalPackedAttention), platform="cpu"
+            )
             _state["ok"] = True
         except Exception as err:  # noqa: BLE001 - any failure falls back to XLA's loop
             log.info("CPU decode-attention kernel unavailable, using XLA's loop: %s", err)
@@ -166,6 +183,27 @@ def cache_state(q, k, v, layer, bound, valid, slot_pos, q_pos, window, scale, so
         q, k, v,
         jnp.asarray(layer, jnp.int32), jnp.asarray(bound, jnp.int32), valid.astype(bool),
         slot_pos.astype(jnp.int32), jnp.asarray(q_pos, jnp.int32),
+        jnp.asarray(window if windowed else 0, jnp.int32), jnp.asarray(scale, jnp.float32),
+        softcap=np.float32(softcap or 0.0), windowed=np.int32(windowed),
+    )  # fmt: skip
+
+
+def packed(q, k, v, segment, parent, positions, window, scale, softcap, init):
+    """`attention.blocked_attend`'s output (finished, [B, T, H, E] float32) in one fused pass:
+    each (row, kv head, 16 queries) walks the keys up to its last query in blocks of 128 with an
+    online softmax that starts from `init` ([B, G, X, T] max and sum, [B, G, X, T, E] values)."""
+    b, t, h, e = q.shape
+    g = k.shape[2]
+    windowed = window is not None
+    call = jax.ffi.ffi_call(
+        PACKED_TARGET, jax.ShapeDtypeStruct((b, t, h, e), jnp.float32), vmap_method="sequential"
+    )
+    m0, total0, acc0 = init
+    return call(
+        q, k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3),  # keys [B, G, E, T], values [B, G, T, E]
+        segment.astype(jnp.int32), parent.astype(jnp.int32), positions.astype(jnp.int32),
+        m0.reshape(b, g, h // g, t), total0.reshape(b, g, h // g, t),
+        acc0.reshape(b, g, h // g, t, e),
         jnp.asarray(window if windowed else 0, jnp.int32), jnp.asarray(scale, jnp.float32),
         softcap=np.float32(softcap or 0.0), windowed=np.int32(windowed),
     )  # fmt: skip

@@ -13,6 +13,7 @@ The model file is fetched into the user cache by `.ci/run` (`python -m jaxeval.f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -136,34 +137,45 @@ def demo_run(gguf_path) -> tuple[dict, str]:
 
     On one device: the suite's 8 fake CPU devices (XLA_FLAGS) would split a 135M model's batches
     8 ways over 2 cores, 3x slower (154 s against 47 s); sharding invariance is tested on tiny
-    models (tests/lm/test_invariance.py)."""
+    models (tests/lm/test_invariance.py). With the fused CPU attention kernels on, as a one-device
+    CPU run has them by default (the suite's 8 devices leave `auto` off): scoring's packed rows
+    (WikiText's 8,192-token windows included), GSM8K's prefill and its decode steps go through
+    `cpu_attention.cc`; `chat_run` covers XLA's loops on the same model."""
     from jaxeval.demo import parse_args, run_demo
+    from jaxeval.models import cpu_attention
 
-    results, text, real = run_demo(parse_args(["--mesh", "single"]), log_samples=True)
+    with _attention_mode("on" if cpu_attention.compiler() else "auto"):
+        results, text, real = run_demo(parse_args(["--mesh", "single"]), log_samples=True)
     assert real
     return results, text
 
 
-@pytest.fixture(scope="module")
-def chat_run(gguf_path) -> tuple[dict, list]:
-    """GSM8K 5-shot as chat, with the fused CPU decode attention forced on (the suite's 8 devices
-    leave it off in `auto`): the real model's greedy answers through the kernel must equal lm-eval's
-    as the demo's (XLA's loop) do."""
+@contextlib.contextmanager
+def _attention_mode(mode: str):
+    """JAXEVAL_CPU_ATTENTION=mode inside, restored after; no trace is reused across the change."""
     import jax
 
     from jaxeval.models import cpu_attention
 
     before = os.environ.get(cpu_attention.ENV)
-    os.environ[cpu_attention.ENV] = "on" if cpu_attention.compiler() else "auto"
-    jax.clear_caches()  # no jaxpr traced with the other setting is reused
+    os.environ[cpu_attention.ENV] = mode
+    jax.clear_caches()
     try:
-        return run_jaxeval("gsm8k_chat")
+        yield
     finally:
         if before is None:
             os.environ.pop(cpu_attention.ENV)
         else:
             os.environ[cpu_attention.ENV] = before
         jax.clear_caches()
+
+
+@pytest.fixture(scope="module")
+def chat_run(gguf_path) -> tuple[dict, list]:
+    """GSM8K 5-shot as chat through XLA's attention loops (the kernels off, as on a TPU or GPU):
+    the real model's greedy answers must equal lm-eval's as the demo's (through the kernels) do."""
+    with _attention_mode("off"):
+        return run_jaxeval("gsm8k_chat")
 
 
 def _ours(key: str, demo_run, request) -> tuple[dict, list]:

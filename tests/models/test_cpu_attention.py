@@ -64,6 +64,73 @@ def test_kernel_equals_xla_loop(monkeypatch, x, e, c, window, softcap):
     np.testing.assert_allclose(fused, loop, atol=1e-5, rtol=1e-5)
 
 
+def _packed_row(rng, t):
+    """One packed row: requests, a context with two children, then padding (segment 0)."""
+    seg, par, pos = np.zeros(t, np.int32), np.zeros(t, np.int32), np.zeros(t, np.int32)
+    at, sid = 0, 1
+    while at < t - 8:
+        n = int(rng.integers(5, 60))
+        n = min(n, t - 8 - at)
+        seg[at : at + n], pos[at : at + n] = sid, np.arange(n)
+        if rng.random() < 0.5 and at + n + 8 <= t - 8:  # two children continuing the context
+            for child in (1, 2):
+                m = int(rng.integers(1, 5))
+                seg[at + n : at + n + m], par[at + n : at + n + m] = sid + child, sid
+                pos[at + n : at + n + m] = n + np.arange(m)
+                n += m
+            sid += 2
+        at, sid = at + n, sid + 1
+    return seg, par, pos
+
+
+@pytest.mark.parametrize(
+    "t, x, e, block, window, softcap, with_init",
+    [
+        (300, 3, 64, 64, None, None, False),  # SmolLM2's grouping and head size
+        (129, 1, 24, 32, 40, None, True),  # T and E not multiples of 16, a window, a cache state
+        (96, 4, 16, 32, None, 30.0, True),  # Gemma-2's soft cap, one full register group
+        (200, 5, 32, 64, 17, 20.0, False),  # 5 heads: groups of 4 + 1 rows per query
+    ],
+)
+def test_packed_kernel_equals_xla_blocks(monkeypatch, t, x, e, block, window, softcap, with_init):
+    """`blocked_attend` (scoring's packed rows, a prefill's own keys after its cache): the fused
+    kernel gives XLA's block loop within float32 tolerance on every query that sees a key."""
+    rng = np.random.default_rng(t * 100 + x * 10 + e)
+    b, g = 2, 2
+    q = rng.standard_normal((b, t, g * x, e)).astype(np.float32)
+    k = rng.standard_normal((b, t, g, e)).astype(np.float32)
+    v = rng.standard_normal((b, t, g, e)).astype(np.float32)
+    rows = [_packed_row(rng, t) for _ in range(b)]
+    seg, par, pos = (np.stack(a) for a in zip(*rows))
+    init = None
+    if with_init:  # a cache's state: some queries saw keys, some (padding) nothing
+        shape = (b, g, x, t)
+        seen = rng.random(shape) > 0.3
+        m0 = np.where(seen, rng.standard_normal(shape), attention.MASKED).astype(np.float32)
+        total0 = np.where(seen, rng.random(shape) * 5 + 0.5, 0).astype(np.float32)
+        acc0 = (rng.standard_normal((*shape, e)) * total0[..., None]).astype(np.float32)
+        init = (m0, total0, acc0)
+    kw = {"window": None if window is None else jnp.int32(window), "softcap": softcap}
+
+    def run(mode):
+        monkeypatch.setenv(cpu_attention.ENV, mode)
+        jax.clear_caches()
+        fn = jax.jit(
+            lambda *a: attention.blocked_attend(
+                *a, scale=jnp.float32(0.2), block=block, init=init, **kw
+            )
+        )
+        program = fn.lower(q, k, v, seg, par, pos).as_text()
+        assert (cpu_attention.PACKED_TARGET in program) == (mode == "on")
+        return np.asarray(fn(q, k, v, seg, par, pos))
+
+    fused, loop = run("on"), run("off")
+    assert fused.shape == loop.shape == (b, t, g * x, e)
+    read = seg != 0  # padding queries see nothing: their outputs are never read
+    np.testing.assert_allclose(fused[read], loop[read], atol=1e-5, rtol=1e-5)
+    assert np.isfinite(fused).all()
+
+
 def test_kernel_is_in_the_program_only_when_on(monkeypatch):
     """`on` puts the custom call in the decode step's program, `off` and multi-device `auto` do not."""
     rng = np.random.default_rng(0)
