@@ -144,6 +144,21 @@ void Scores(const float* q, int64_t E, const float* k, int64_t C, int64_t n, flo
   }
 }
 
+// a[i] += sum over r in [r0, r1) of x[i * xs + r] * b[r * bs : r * bs + 16], for MB rows held in
+// MB x 16 registers: the inner loop of both weighted values and the packed kernel's scores.
+template <int MB>
+inline void Accumulate16(const float* x, int64_t xs, const float* b, int64_t bs, int64_t r0,
+                         int64_t r1, V8 (&a)[MB][2]) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const V8 b0 = Load(b + r * bs), b1 = Load(b + r * bs + kW);
+    for (int i = 0; i < MB; ++i) {
+      const V8 xi = Splat(x[i * xs + r]);
+      a[i][0] += xi * b0;
+      a[i][1] += xi * b1;
+    }
+  }
+}
+
 // out[i, :] += sum_j w[i, j] v[j, :] for MB queries (w [MB, stride]) over slots [j0, j1) of v
 // [C, E], 16 features at a time in registers.
 template <int MB>
@@ -156,14 +171,7 @@ void Values(const float* w, int64_t stride, const float* v, int64_t E, int64_t j
       a[i][0] = Load(out + i * E + e0);
       a[i][1] = Load(out + i * E + e0 + kW);
     }
-    for (int64_t j = j0; j < j1; ++j) {
-      const V8 v0 = Load(v + j * E + e0), v1 = Load(v + j * E + e0 + kW);
-      for (int i = 0; i < MB; ++i) {
-        const V8 wij = Splat(w[i * stride + j]);
-        a[i][0] += wij * v0;
-        a[i][1] += wij * v1;
-      }
-    }
+    Accumulate16<MB>(w, stride, v + e0, E, j0, j1, a);
     for (int i = 0; i < MB; ++i) {
       Store(out + i * E + e0, a[i][0]);
       Store(out + i * E + e0 + kW, a[i][1]);
@@ -380,14 +388,7 @@ template <int MB>
 inline void ScoreStrip(const float* q, int64_t E, const float* kt, int64_t ld, int64_t j0,
                        float* s, int64_t stride) {
   V8 a[MB][2] = {};
-  for (int64_t d = 0; d < E; ++d) {
-    const V8 k0 = Load(kt + d * ld + j0), k1 = Load(kt + d * ld + j0 + kW);
-    for (int i = 0; i < MB; ++i) {
-      const V8 qd = Splat(q[i * E + d]);
-      a[i][0] += qd * k0;
-      a[i][1] += qd * k1;
-    }
-  }
+  Accumulate16<MB>(q, E, kt + j0, ld, 0, E, a);
   for (int i = 0; i < MB; ++i) {
     Store(s + i * stride + j0, a[i][0]);
     Store(s + i * stride + j0 + kW, a[i][1]);
