@@ -12,6 +12,12 @@ continuous batching with shared-prefix prefill, warm (compiled once, timed secon
 decode memory-bandwidth bound: bytes read per generated token (weights / rows + the row's KV) over
 a measured copy bandwidth.
 
+Beside the whole processes, the generation phase alone: each process's own `Running generate_until
+requests` progress bar (whole seconds), so start-up (imports, model load, task building) is out
+of the ratio; and the prefill floor, the prompts' forward FLOPs (2 x non-embedding parameters per
+token + the causal attention's two matmuls) at XLA's float32 matmul peak measured in this run.
+The generation-phase ratio cannot exceed lm-eval's generation seconds over that floor.
+
 Cases (the demo's bundled GSM8K rows, `tasks/demo/data/gsm8k`; its 60 train rows serve as both the
 documents and the few-shot pool):
     gsm8k5  lm-eval's gsm8k.yaml, 5-shot (default sampler: per-document random few-shot)
@@ -26,10 +32,12 @@ import glob
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA = REPO / "tasks" / "demo" / "data" / "gsm8k" / "train.jsonl"
@@ -94,6 +102,44 @@ def samples(out: pathlib.Path) -> list[dict]:
     return [first[k] for k in sorted(first)]
 
 
+def generation_seconds(log: pathlib.Path) -> float | None:
+    """The generate_until phase's elapsed time from a process's last progress bar (tqdm, whole
+    seconds; lm-eval and jaxeval print the same bar), or None when the log has none."""
+    text = log.read_text(errors="replace").replace("\r", "\n")
+    found = re.findall(
+        r"Running generate_until requests: 100%\|[^|]*\|\s*\d+/\d+ \[(\d+):(\d+)<", text
+    )
+    if not found:
+        return None
+    minutes, seconds = found[-1]
+    return 60.0 * int(minutes) + int(seconds)
+
+
+def matmul_peak() -> float:
+    """XLA's float32 matmul rate at 2048^3 on this machine (FLOP/s, best of 5)."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jnp.ones((2048, 2048), jnp.float32)
+    f = jax.jit(lambda x, y: jnp.dot(x, y, precision=jax.lax.Precision.HIGHEST))
+    f(a, a).block_until_ready()
+    best = 1e9
+    for _ in range(5):
+        t = time.perf_counter()
+        f(a, a).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2 * 2048**3 / best
+
+
+def prefill_flops(spec: Any, n_params: int, prompt_lengths: list[int]) -> float:
+    """Forward FLOPs of prefilling these prompts (no logits: a prompt needs only its last one):
+    2 x the non-embedding parameters per token, plus q.k and p.v over the causal half."""
+    embed = spec.vocab_size * spec.hidden_size * (1 if spec.tie_embeddings else 2)
+    dense = 2 * (n_params - embed)
+    width = spec.num_heads * spec.head_dim
+    return float(sum(dense * n + 2 * spec.num_layers * width * n * n for n in prompt_lengths))
+
+
 def bandwidth() -> float:
     import numpy as np
 
@@ -131,7 +177,12 @@ def main(argv=None) -> int:
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     bw = bandwidth()
-    print(f"copy bandwidth {bw / 1e9:.1f} GB/s; load {os.getloadavg()}", flush=True)
+    peak = matmul_peak()
+    print(
+        f"copy bandwidth {bw / 1e9:.1f} GB/s; matmul peak {peak / 1e9:.0f} GFLOP/s;"
+        f" load {os.getloadavg()}",
+        flush=True,
+    )
     table = []
     for case in args.cases.split(","):
         task, shots = cases[case]
@@ -158,6 +209,7 @@ def main(argv=None) -> int:
                 env,
                 root / f"{case}_{who}.log",
             )
+            row[f"{who}_gen_s"] = generation_seconds(root / f"{case}_{who}.log")
             rows = samples(out)
             texts[who] = [r["resps"][0][0] for r in rows]
             row[f"{who}_tokens"] = sum(len(x) for x in tok(texts[who])["input_ids"])
@@ -240,6 +292,11 @@ def main(argv=None) -> int:
             "params": n_params,
         }
         print(row["case"], row["bound"], flush=True)
+        # the prefill floor: the prompts' forward FLOPs at the matmul peak
+        lengths = [len(x) for x in tok([c for c, _ in requests])["input_ids"]]
+        flops = prefill_flops(spec, n_params, lengths)
+        row["prefill"] = {"flops": flops, "peak": peak, "floor_s": flops / peak}
+        print(row["case"], row["prefill"], flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(table, f, indent=1, default=str)
@@ -251,9 +308,10 @@ def print_table(table: list[dict]) -> None:
     print(
         "| case | generated tokens | lm-eval s | jaxeval cold / warm s | whole-process ratio cold /"
         " warm | strings identical | tok/s whole process, lm-eval / jaxeval warm |"
-        " jaxeval in process warm s (tok/s) |"
+        " jaxeval in process warm s (tok/s) | generation phase lm-eval / jaxeval warm s (ratio) |"
+        " prefill floor s (ratio ceiling) |"
     )
-    print("|" + "---|" * 8)
+    print("|" + "---|" * 10)
     for r in table:
         n = r.get("jaxeval_tokens", 0)
         lm = r.get("lm_eval_s") or float("nan")
@@ -263,7 +321,17 @@ def print_table(table: list[dict]) -> None:
             f"| {r['case']} | {n} | {lm:.1f} | {jx:.1f} / {jw:.1f} | {lm / jx:.2f}x / {lm / jw:.2f}x"
             f" | {r.get('identical', '?')} | {n / lm:.1f} / {n / jw:.1f} | "
             + (f"{warm:.1f} ({n / warm:.1f}) |" if warm else "- |")
+            + _phase(r)
         )
+
+
+def _phase(r: dict) -> str:
+    """The generation phase columns: both processes' own seconds, and the prefill floor."""
+    lm, jw = r.get("lm_eval_gen_s"), r.get("jaxeval_warm_gen_s")
+    floor = r.get("prefill", {}).get("floor_s")
+    phase = f" {lm:.0f} / {jw:.0f} ({lm / jw:.2f}x) |" if lm and jw else " - |"
+    ceiling = f" {floor:.1f} ({lm / floor:.1f}x) |" if lm and floor else " - |"
+    return phase + ceiling
 
 
 if __name__ == "__main__":

@@ -120,21 +120,49 @@ inline float SumOf(V8 x) {
 }
 
 constexpr int kGroup = 3;            // queries per register block
-constexpr int64_t kSlotBlock = 128;  // V rows per pass (32 KB at E = 64: stays in L1)
 
 // s[i, j] = q[i] . k[:, j] for MB queries (q [MB, E]) and slots [0, n) of k [E, C] (slots
-// minor): each of k's E rows is streamed once, in order, into the [MB, n8] scores (in L1).
+// minor): k's E rows are streamed once, R at a time, into the [MB, n] scores (in L1). Each score
+// adds the E products in order (one fused multiply-add each), R of them in a register between a
+// load and a store of the score.
 template <int MB>
 void Scores(const float* q, int64_t E, const float* k, int64_t C, int64_t n, float* s,
             int64_t stride) {
+  constexpr int R = 8;
   const int64_t n8 = n / kW * kW;
   for (int i = 0; i < MB; ++i) std::fill(s + i * stride, s + i * stride + n, 0.0f);
-  for (int64_t d = 0; d < E; ++d) {
+  int64_t d = 0;
+  for (; d + R <= E; d += R) {
+    const float* kd = k + d * C;
+    V8 qd[R][MB];
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < MB; ++i) qd[r][i] = Splat(q[i * E + d + r]);
+    }
+    for (int64_t j = 0; j < n8; j += kW) {
+      V8 kr[R];
+      for (int r = 0; r < R; ++r) {
+        __builtin_prefetch(kd + (R + r) * C + j);  // the next R rows' same slots
+        kr[r] = Load(kd + r * C + j);
+      }
+      for (int i = 0; i < MB; ++i) {
+        V8 x = Load(s + i * stride + j);
+        for (int r = 0; r < R; ++r) x = x + qd[r][i] * kr[r];
+        Store(s + i * stride + j, x);
+      }
+    }
+    for (int64_t j = n8; j < n; ++j) {
+      for (int i = 0; i < MB; ++i) {
+        float x = s[i * stride + j];
+        for (int r = 0; r < R; ++r) x += q[i * E + d + r] * kd[r * C + j];
+        s[i * stride + j] = x;
+      }
+    }
+  }
+  for (; d < E; ++d) {
     const float* kd = k + d * C;
     V8 qd[MB];
     for (int i = 0; i < MB; ++i) qd[i] = Splat(q[i * E + d]);
     for (int64_t j = 0; j < n8; j += kW) {
-      __builtin_prefetch(kd + C + j);  // the next row's same slots: E short streams, one at a time
       const V8 kj = Load(kd + j);
       for (int i = 0; i < MB; ++i) Store(s + i * stride + j, Load(s + i * stride + j) + qd[i] * kj);
     }
@@ -145,7 +173,7 @@ void Scores(const float* q, int64_t E, const float* k, int64_t C, int64_t n, flo
 }
 
 // a[i] += sum over r in [r0, r1) of x[i * xs + r] * b[r * bs : r * bs + 16], for MB rows held in
-// MB x 16 registers: the inner loop of both weighted values and the packed kernel's scores.
+// MB x 16 registers: the inner loop of the packed kernel's scores.
 template <int MB>
 inline void Accumulate16(const float* x, int64_t xs, const float* b, int64_t bs, int64_t r0,
                          int64_t r1, V8 (&a)[MB][2]) {
@@ -160,28 +188,43 @@ inline void Accumulate16(const float* x, int64_t xs, const float* b, int64_t bs,
 }
 
 // out[i, :] += sum_j w[i, j] v[j, :] for MB queries (w [MB, stride]) over slots [j0, j1) of v
-// [C, E], 16 features at a time in registers.
+// [C, E]: v is read once, in order, four slots at a time; out (MB x E, in L1) takes the four
+// slots' products in slot order, so every output adds its terms in slot order (fused
+// multiply-adds), as a loop over j would.
 template <int MB>
 void Values(const float* w, int64_t stride, const float* v, int64_t E, int64_t j0, int64_t j1,
             float* out) {
-  int64_t e0 = 0;
-  for (; e0 + 2 * kW <= E; e0 += 2 * kW) {
-    V8 a[MB][2];
+  const int64_t e8 = E / kW * kW;
+  int64_t j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    V8 wj[MB][4];
     for (int i = 0; i < MB; ++i) {
-      a[i][0] = Load(out + i * E + e0);
-      a[i][1] = Load(out + i * E + e0 + kW);
+      for (int r = 0; r < 4; ++r) wj[i][r] = Splat(w[i * stride + j + r]);
     }
-    Accumulate16<MB>(w, stride, v + e0, E, j0, j1, a);
-    for (int i = 0; i < MB; ++i) {
-      Store(out + i * E + e0, a[i][0]);
-      Store(out + i * E + e0 + kW, a[i][1]);
+    const float* vj = v + j * E;
+    for (int64_t c = 0; c < e8; c += kW) {
+      const V8 v0 = Load(vj + c), v1 = Load(vj + E + c), v2 = Load(vj + 2 * E + c),
+               v3 = Load(vj + 3 * E + c);
+      for (int i = 0; i < MB; ++i) {
+        V8 x = Load(out + i * E + c);
+        x = x + wj[i][0] * v0;
+        x = x + wj[i][1] * v1;
+        x = x + wj[i][2] * v2;
+        x = x + wj[i][3] * v3;
+        Store(out + i * E + c, x);
+      }
+    }
+    for (int64_t c = e8; c < E; ++c) {
+      for (int i = 0; i < MB; ++i) {
+        float x = out[i * E + c];
+        for (int r = 0; r < 4; ++r) x += w[i * stride + j + r] * vj[r * E + c];
+        out[i * E + c] = x;
+      }
     }
   }
-  for (; e0 < E; ++e0) {
-    for (int i = 0; i < MB; ++i) {
-      float acc = out[i * E + e0];
-      for (int64_t j = j0; j < j1; ++j) acc += w[i * stride + j] * v[j * E + e0];
-      out[i * E + e0] = acc;
+  for (; j < j1; ++j) {
+    for (int64_t c = 0; c < E; ++c) {
+      for (int i = 0; i < MB; ++i) out[i * E + c] += w[i * stride + j] * v[j * E + c];
     }
   }
 }
@@ -266,11 +309,7 @@ void AttendOne(const Problem& p, int64_t task, std::vector<float>& scratch) {
     total_out[i] = total;
   }
   if (!any_visible) return;
-  ForGroups(M, [&](auto mb, int64_t i0) {
-    for (int64_t j0 = 0; j0 < n; j0 += kSlotBlock) {
-      Values<mb>(s + i0 * n, n, v, E, j0, std::min(n, j0 + kSlotBlock), acc + i0 * E);
-    }
-  });
+  ForGroups(M, [&](auto mb, int64_t i0) { Values<mb>(s + i0 * n, n, v, E, 0, n, acc + i0 * E); });
 }
 
 // Tasks handed out by an atomic counter to the calling thread and to pool helpers; the caller
