@@ -40,6 +40,7 @@ def _attend(mode, monkeypatch, q, kc, vc, layer, valid, spos, index, kn, vn, **k
         (3, 64, 300, None, None),  # SmolLM2's grouping and head size
         (1, 16, 37, None, None),
         (2, 24, 45, 20, None),  # head size not a multiple of 16, a sliding window
+        (3, 12, 50, None, None),  # nor of 8: the scores' and the values' scalar remainders
         (4, 16, 64, None, 30.0),  # two register groups (3 + 1), Gemma-2's soft cap
         (5, 32, 131, 50, 20.0),
     ],
@@ -88,6 +89,7 @@ def _packed_row(rng, t):
     [
         (300, 3, 64, 64, None, None, False),  # SmolLM2's grouping and head size
         (129, 1, 24, 32, 40, None, True),  # T and E not multiples of 16, a window, a cache state
+        (70, 3, 12, 32, None, None, False),  # E not a multiple of 8: scalar remainders
         (96, 4, 16, 32, None, 30.0, True),  # Gemma-2's soft cap, one full register group
         (200, 5, 32, 64, 17, 20.0, False),  # 5 heads: groups of 4 + 1 rows per query
     ],
