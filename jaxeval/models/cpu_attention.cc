@@ -121,55 +121,49 @@ inline float SumOf(V8 x) {
 
 constexpr int kGroup = 3;            // queries per register block
 
+// s[i, j] += q[i, d:d+R] . k[d:d+R, j] for MB queries (q [MB, E]) and slots [0, n) of k [E, C]:
+// the R rows' slots are loaded once, and each score takes their R products in order (one fused
+// multiply-add each) in a register between one load and one store.
+template <int MB, int R>
+inline void ScoreRows(const float* q, int64_t E, const float* k, int64_t C, int64_t d, int64_t n,
+                      float* s, int64_t stride) {
+  const int64_t n8 = n / kW * kW;
+  const float* kd = k + d * C;
+  V8 qd[R][MB];
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < MB; ++i) qd[r][i] = Splat(q[i * E + d + r]);
+  }
+  for (int64_t j = 0; j < n8; j += kW) {
+    V8 kr[R];
+    for (int r = 0; r < R; ++r) {
+      __builtin_prefetch(kd + (R + r) * C + j);  // the next R rows' same slots
+      kr[r] = Load(kd + r * C + j);
+    }
+    for (int i = 0; i < MB; ++i) {
+      V8 x = Load(s + i * stride + j);
+      for (int r = 0; r < R; ++r) x = x + qd[r][i] * kr[r];
+      Store(s + i * stride + j, x);
+    }
+  }
+  for (int64_t j = n8; j < n; ++j) {
+    for (int i = 0; i < MB; ++i) {
+      float x = s[i * stride + j];
+      for (int r = 0; r < R; ++r) x += q[i * E + d + r] * kd[r * C + j];
+      s[i * stride + j] = x;
+    }
+  }
+}
+
 // s[i, j] = q[i] . k[:, j] for MB queries (q [MB, E]) and slots [0, n) of k [E, C] (slots
-// minor): k's E rows are streamed once, R at a time, into the [MB, n] scores (in L1). Each score
-// adds the E products in order (one fused multiply-add each), R of them in a register between a
-// load and a store of the score.
+// minor): k's E rows are streamed once, eight at a time (then one at a time), into the [MB, n]
+// scores (in L1); each score adds the E products in order.
 template <int MB>
 void Scores(const float* q, int64_t E, const float* k, int64_t C, int64_t n, float* s,
             int64_t stride) {
-  constexpr int R = 8;
-  const int64_t n8 = n / kW * kW;
   for (int i = 0; i < MB; ++i) std::fill(s + i * stride, s + i * stride + n, 0.0f);
   int64_t d = 0;
-  for (; d + R <= E; d += R) {
-    const float* kd = k + d * C;
-    V8 qd[R][MB];
-    for (int r = 0; r < R; ++r) {
-      for (int i = 0; i < MB; ++i) qd[r][i] = Splat(q[i * E + d + r]);
-    }
-    for (int64_t j = 0; j < n8; j += kW) {
-      V8 kr[R];
-      for (int r = 0; r < R; ++r) {
-        __builtin_prefetch(kd + (R + r) * C + j);  // the next R rows' same slots
-        kr[r] = Load(kd + r * C + j);
-      }
-      for (int i = 0; i < MB; ++i) {
-        V8 x = Load(s + i * stride + j);
-        for (int r = 0; r < R; ++r) x = x + qd[r][i] * kr[r];
-        Store(s + i * stride + j, x);
-      }
-    }
-    for (int64_t j = n8; j < n; ++j) {
-      for (int i = 0; i < MB; ++i) {
-        float x = s[i * stride + j];
-        for (int r = 0; r < R; ++r) x += q[i * E + d + r] * kd[r * C + j];
-        s[i * stride + j] = x;
-      }
-    }
-  }
-  for (; d < E; ++d) {
-    const float* kd = k + d * C;
-    V8 qd[MB];
-    for (int i = 0; i < MB; ++i) qd[i] = Splat(q[i * E + d]);
-    for (int64_t j = 0; j < n8; j += kW) {
-      const V8 kj = Load(kd + j);
-      for (int i = 0; i < MB; ++i) Store(s + i * stride + j, Load(s + i * stride + j) + qd[i] * kj);
-    }
-    for (int64_t j = n8; j < n; ++j) {
-      for (int i = 0; i < MB; ++i) s[i * stride + j] += q[i * E + d] * kd[j];
-    }
-  }
+  for (; d + 8 <= E; d += 8) ScoreRows<MB, 8>(q, E, k, C, d, n, s, stride);
+  for (; d < E; ++d) ScoreRows<MB, 1>(q, E, k, C, d, n, s, stride);
 }
 
 // a[i] += sum over r in [r0, r1) of x[i * xs + r] * b[r * bs : r * bs + 16], for MB rows held in
