@@ -39,6 +39,9 @@ import tempfile
 import time
 from typing import Any
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_real import xla_matmul_peak  # noqa: E402
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA = REPO / "tasks" / "demo" / "data" / "gsm8k" / "train.jsonl"
 ENV = {
@@ -115,22 +118,6 @@ def generation_seconds(log: pathlib.Path) -> float | None:
     return 60.0 * int(minutes) + int(seconds)
 
 
-def matmul_peak() -> float:
-    """XLA's float32 matmul rate at 2048^3 on this machine (FLOP/s, best of 5)."""
-    import jax
-    import jax.numpy as jnp
-
-    a = jnp.ones((2048, 2048), jnp.float32)
-    f = jax.jit(lambda x, y: jnp.dot(x, y, precision=jax.lax.Precision.HIGHEST))
-    f(a, a).block_until_ready()
-    best = 1e9
-    for _ in range(5):
-        t = time.perf_counter()
-        f(a, a).block_until_ready()
-        best = min(best, time.perf_counter() - t)
-    return 2 * 2048**3 / best
-
-
 def prefill_flops(spec: Any, n_params: int, prompt_lengths: list[int]) -> float:
     """Forward FLOPs of prefilling these prompts (no logits: a prompt needs only its last one):
     2 x the non-embedding parameters per token, plus q.k and p.v over the causal half."""
@@ -177,7 +164,7 @@ def main(argv=None) -> int:
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     bw = bandwidth()
-    peak = matmul_peak()
+    peak = xla_matmul_peak()
     print(
         f"copy bandwidth {bw / 1e9:.1f} GB/s; matmul peak {peak / 1e9:.0f} GFLOP/s;"
         f" load {os.getloadavg()}",
