@@ -90,8 +90,8 @@ def _packed_row(rng, t):
         (300, 3, 64, 64, None, None, False),  # SmolLM2's grouping and head size
         (129, 1, 24, 32, 40, None, True),  # T and E not multiples of 16, a window, a cache state
         (70, 3, 12, 32, None, None, False),  # E not a multiple of 8: scalar remainders
-        (96, 4, 16, 32, None, 30.0, True),  # Gemma-2's soft cap, one full register group
-        (200, 5, 32, 64, 17, 20.0, False),  # 5 heads: groups of 4 + 1 rows per query
+        (96, 4, 16, 32, None, 30.0, True),  # Gemma-2's soft cap; 64 rows a task: score groups 6 + 4
+        (200, 5, 32, 64, 17, 20.0, False),  # 5 heads: 80 rows a task, score groups 6 + 2
     ],
 )
 def test_packed_kernel_equals_xla_blocks(monkeypatch, t, x, e, block, window, softcap, with_init):
