@@ -453,7 +453,7 @@ void PackedOne(const Packed& p, int64_t task, std::vector<float>& scratch) {
   const int64_t blocks = (T + kQueries - 1) / kQueries;
   const int64_t b = task / (G * blocks), g = task / blocks % G, t0 = task % blocks * kQueries;
   const int64_t nq = std::min(kQueries, T - t0), R = X * nq;
-  scratch.resize(R * E + R * E + R * kKeys + nq * kKeys + 2 * R + E * kKeys);  // kKeys: 16k
+  scratch.resize(R * E + R * E + R * kKeys + nq * kKeys + 2 * R + E * kKeys);  // kKeys % 16 == 0
   float* qs = scratch.data();      // [R, E] the query rows, contiguous
   float* acc = qs + R * E;         // [R, E]
   float* s = acc + R * E;          // [R, kKeys] scores, then weights
