@@ -223,15 +223,19 @@ void Values(const float* w, int64_t stride, const float* v, int64_t E, int64_t j
   }
 }
 
-// f(std::integral_constant<int, MB>, i0) for the queries [i0, i0 + MB) in groups of up to kGroup,
+// f(std::integral_constant<int, MB>, i0) for the rows [i0, i0 + MB) of M in groups of up to G,
 // so that each group's register block has a size known at compile time.
-template <class F>
-void ForGroups(int64_t M, F&& f) {
-  for (int64_t i0 = 0; i0 < M; i0 += kGroup) {
-    switch (std::min<int64_t>(kGroup, M - i0)) {
+template <int G, class F>
+void ForGroupsOf(int64_t M, F&& f) {
+  static_assert(G >= 1 && G <= 6);
+  for (int64_t i0 = 0; i0 < M; i0 += G) {
+    switch (std::min<int64_t>(G, M - i0)) {
       case 1: f(std::integral_constant<int, 1>{}, i0); break;
       case 2: f(std::integral_constant<int, 2>{}, i0); break;
-      default: f(std::integral_constant<int, 3>{}, i0); break;
+      case 3: if constexpr (G >= 3) f(std::integral_constant<int, 3>{}, i0); break;
+      case 4: if constexpr (G >= 4) f(std::integral_constant<int, 4>{}, i0); break;
+      case 5: if constexpr (G >= 5) f(std::integral_constant<int, 5>{}, i0); break;
+      default: if constexpr (G >= 6) f(std::integral_constant<int, 6>{}, i0); break;
     }
   }
 }
@@ -263,7 +267,9 @@ void AttendOne(const Problem& p, int64_t task, std::vector<float>& scratch) {
   for (int64_t j = 0; j < n; ++j) {
     hidden[j] = (ok[j] && (!p.windowed || qp - kpos[j] < p.window)) ? 0.0f : -INFINITY;
   }
-  ForGroups(M, [&](auto mb, int64_t i0) { Scores<mb>(q + i0 * E, E, k, C, n, s + i0 * n, n); });
+  ForGroupsOf<kGroup>(M, [&](auto mb, int64_t i0) {
+    Scores<mb>(q + i0 * E, E, k, C, n, s + i0 * n, n);
+  });
   bool any_visible = false;
   for (int64_t i = 0; i < M; ++i) {
     float* si = s + i * n;
@@ -303,7 +309,9 @@ void AttendOne(const Problem& p, int64_t task, std::vector<float>& scratch) {
     total_out[i] = total;
   }
   if (!any_visible) return;
-  ForGroups(M, [&](auto mb, int64_t i0) { Values<mb>(s + i0 * n, n, v, E, 0, n, acc + i0 * E); });
+  ForGroupsOf<kGroup>(M, [&](auto mb, int64_t i0) {
+    Values<mb>(s + i0 * n, n, v, E, 0, n, acc + i0 * E);
+  });
 }
 
 // Tasks handed out by an atomic counter to the calling thread and to pool helpers; the caller
@@ -394,8 +402,8 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
 // scores in MB x 16 register blocks (up to 6 rows); scale, soft cap, mask and row max; the
 // correction of the running state and a vectorized exp (0 for hidden keys); the weighted values in
 // MB x 16 register blocks (up to 4 rows). Queries that see no key at all (padding) keep their init
-// state and are never read. (Session 10, one thread, T = 1,280, E = 64: the strips cut a layer's
-// kernel from 38-41 to 30-31 ms, bit for bit the same output: the same products in the same order.)
+// state and are never read. Every score and output adds its terms in the same order whatever the
+// blocking (docs/performance.md, session 10: the strips changed no bit of the output).
 
 constexpr int64_t kQueries = 16;  // queries per task (times the X heads of one kv head: its rows)
 constexpr int64_t kKeys = 128;    // keys per block: the [R, kKeys] scores stay in L1/L2
@@ -427,21 +435,6 @@ inline void ScoreStrip(const float* q, int64_t E, const float* strip, float* s, 
   for (int i = 0; i < MB; ++i) {
     Store(s + i * stride, a[i][0]);
     Store(s + i * stride + kW, a[i][1]);
-  }
-}
-
-template <int G, class F>
-void ForGroupsOf(int64_t M, F&& f) {
-  static_assert(G >= 1 && G <= 6);
-  for (int64_t i0 = 0; i0 < M; i0 += G) {
-    switch (std::min<int64_t>(G, M - i0)) {
-      case 1: f(std::integral_constant<int, 1>{}, i0); break;
-      case 2: f(std::integral_constant<int, 2>{}, i0); break;
-      case 3: if constexpr (G >= 3) f(std::integral_constant<int, 3>{}, i0); break;
-      case 4: if constexpr (G >= 4) f(std::integral_constant<int, 4>{}, i0); break;
-      case 5: if constexpr (G >= 5) f(std::integral_constant<int, 5>{}, i0); break;
-      default: if constexpr (G >= 6) f(std::integral_constant<int, 6>{}, i0); break;
-    }
   }
 }
 
