@@ -40,6 +40,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_decode_step import bandwidth  # noqa: E402
 from bench_real import xla_matmul_peak  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -125,19 +126,6 @@ def prefill_flops(spec: Any, n_params: int, prompt_lengths: list[int]) -> float:
     dense = 2 * (n_params - embed)
     width = spec.num_heads * spec.head_dim
     return float(sum(dense * n + 2 * spec.num_layers * width * n * n for n in prompt_lengths))
-
-
-def bandwidth() -> float:
-    import numpy as np
-
-    a = np.ones(2**28 // 4, np.float32)  # 256 MiB
-    b = np.empty_like(a)
-    best = 1e9
-    for _ in range(5):
-        t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
-    return 2 * a.nbytes / best  # read + write
 
 
 def main(argv=None) -> int:
