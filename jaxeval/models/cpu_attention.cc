@@ -403,7 +403,7 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
 // correction of the running state and a vectorized exp (0 for hidden keys); the weighted values in
 // MB x 16 register blocks (up to 4 rows). Queries that see no key at all (padding) keep their init
 // state and are never read. Every score and output adds its terms in the same order whatever the
-// blocking (docs/performance.md, session 10: the strips changed no bit of the output).
+// blocking (docs/performance.md, "The fused CPU prefill and scoring attention").
 
 constexpr int64_t kQueries = 16;  // queries per task (times the X heads of one kv head: its rows)
 constexpr int64_t kKeys = 128;    // keys per block: the [R, kKeys] scores stay in L1/L2
