@@ -65,7 +65,7 @@ def run_ours(path: str, requests, batch_size: int, max_length: int, repeats: int
     from jaxeval.models import load_model
 
     gen = Generator(
-        model=load_model(path),
+        model=load_model(path, attention="auto"),
         tokenizer=AutoTokenizer.from_pretrained(path),
         max_length=max_length,
         batch_size=batch_size,

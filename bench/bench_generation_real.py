@@ -203,7 +203,7 @@ def main(argv=None) -> int:
     from jaxeval.lm.generation import Generator
     from jaxeval.models import load_model
 
-    model = load_model(str(gguf), dtype="float32")
+    model = load_model(str(gguf), dtype="float32", attention="auto")
     spec = model.spec
     for row in table:
         requests = [(c, dict(k)) for c, k in row.pop("requests")]

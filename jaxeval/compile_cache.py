@@ -65,12 +65,18 @@ def enable(setting: str | None = None) -> str | None:
 
 
 class CompileCounter:
-    """Process-wide counts of backend compile events and persistent-cache hits.
+    """Counts of backend compile events and persistent-cache hits, per compiling thread.
 
     counter = CompileCounter.get()
-    before = counter.snapshot()           # (compile events, cache hits)
+    before = counter.snapshot()           # the process's (compile events, cache hits)
     ...                                    # compile something
     compiled, hits = counter.since(before)
+
+    before = counter.snapshot(thread=True)    # the same, counting this thread's compiles only
+    compiled, hits = counter.since(before, thread=True)
+
+    JAX reports both events on the thread that compiles, so a thread's counts are its own compiles
+    even while another thread compiles at the same time (`jaxeval.lm.executables`).
     """
 
     _instance: CompileCounter | None = None
@@ -79,6 +85,7 @@ class CompileCounter:
     def __init__(self) -> None:
         self.events = 0
         self.hits = 0
+        self._local = threading.local()
         jax.monitoring.register_event_duration_secs_listener(self._on_duration)
         jax.monitoring.register_event_listener(self._on_event)
 
@@ -91,16 +98,24 @@ class CompileCounter:
 
     def _on_duration(self, event: str, duration: float, **kwargs) -> None:
         if event == _COMPILE_EVENT:
-            self.events += 1
+            with self._lock:
+                self.events += 1
+            self._local.events = getattr(self._local, "events", 0) + 1
 
     def _on_event(self, event: str, **kwargs) -> None:
         if event == _HIT_EVENT:
-            self.hits += 1
+            with self._lock:
+                self.hits += 1
+            self._local.hits = getattr(self._local, "hits", 0) + 1
 
-    def snapshot(self) -> tuple[int, int]:
+    def snapshot(self, *, thread: bool = False) -> tuple[int, int]:
+        """(compile events, cache hits) so far: the process's, or this thread's."""
+        if thread:
+            return getattr(self._local, "events", 0), getattr(self._local, "hits", 0)
         return self.events, self.hits
 
-    def since(self, before: tuple[int, int]) -> tuple[int, int]:
-        """(compilations, cache hits) since `before`."""
-        hits = self.hits - before[1]
-        return self.events - before[0] - hits, hits
+    def since(self, before: tuple[int, int], *, thread: bool = False) -> tuple[int, int]:
+        """(compilations, cache hits) since `before` (a `snapshot` with the same `thread`)."""
+        events, hits = self.snapshot(thread=thread)
+        hits -= before[1]
+        return events - before[0] - hits, hits

@@ -163,7 +163,7 @@ def plan_memory(
     kv = spec.num_kv_heads // model if spec.num_kv_heads % model == 0 else spec.num_kv_heads
     width = spec.intermediate_size
     width = width // model if width % model == 0 else width
-    keys = attention_block_size(length) or length
+    keys = attention_block_size(length, spec=spec) or length
     per_row = (
         x.shape[2] * item * 2  # residual stream and the normed copy [T, D]
         + (heads + 2 * kv) * spec.head_dim * item  # q, k, v

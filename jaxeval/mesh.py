@@ -216,19 +216,24 @@ def put_global(tree: Any, shardings: Any) -> Any:
 
 
 def place_params(params: Any, mesh: Mesh) -> Any:
-    """Keeps arrays already sharded on `mesh`; replicates anything else (host arrays, other devices)."""
-    replicated = NamedSharding(mesh, PartitionSpec())
+    """Keeps arrays already sharded on `mesh`; replicates anything else (host arrays, other devices).
+
+    Abstract parameters (`jax.ShapeDtypeStruct`s, for compiling only) keep a `NamedSharding` on
+    `mesh` and are otherwise given the replicated one; nothing is allocated for them.
+    """
+    full = replicated(mesh)
 
     def place(x):
-        if (
-            isinstance(x, jax.Array)
-            and isinstance(x.sharding, NamedSharding)
-            and x.sharding.mesh == mesh
-        ):
+        on_mesh = (
+            isinstance(getattr(x, "sharding", None), NamedSharding) and x.sharding.mesh == mesh
+        )
+        if isinstance(x, jax.ShapeDtypeStruct):
+            return x if on_mesh else jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=full)
+        if isinstance(x, jax.Array) and on_mesh:
             return x
         if jax.process_count() > 1:  # through the host: each process places its own replicas
-            return put_global(to_host(x), replicated)
-        return jax.device_put(x, replicated)
+            return put_global(to_host(x), full)
+        return jax.device_put(x, full)
 
     return jax.tree.map(place, params)
 

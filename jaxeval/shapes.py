@@ -82,3 +82,13 @@ class _Shaped:
 Int = _Shaped("int32")
 Float = _Shaped("float")
 Bool = _Shaped("bool")
+
+
+def pow2_at_least(n: int, floor: int = 1) -> int:
+    """The smallest power of two >= n, and at least `floor`: 5 -> 8, 8 -> 8, 0 -> 1."""
+    return max(int(floor), 1 << max(0, (int(n) - 1).bit_length()))
+
+
+def pow2_at_most(n: int) -> int:
+    """The largest power of two <= n (at least 1): 5 -> 4, 8 -> 8, 0 -> 1."""
+    return 1 << max(0, int(n).bit_length() - 1)

@@ -54,8 +54,7 @@ from jaxeval.kernels.sampling import SamplingParams, next_tokens, row_keys
 from jaxeval.kernels.stop_match import empty_buffer
 
 from jaxeval.mesh import constrain_rows
-from jaxeval.models.contract import DecoderModel
-from jaxeval.models.decoder import ROW_AXES, SLOT_AXES
+from jaxeval.models.contract import ROW_AXES, SLOT_AXES, DecoderModel
 from jaxeval.shapes import Bool, Float, Int
 
 # 1-D shape annotations as names: a lone letter in a string reads as an undefined name to linters

@@ -17,8 +17,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from jaxeval.models.contract import DecoderModel
-from jaxeval.models.decoder import KVCache
+from jaxeval.models.contract import DecoderModel, KVCache
 from jaxeval.shapes import Float, Int
 
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters

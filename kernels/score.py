@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxeval.models.contract import DecoderModel
-from jaxeval.shapes import Float, Int
+from jaxeval.shapes import Float, Int, pow2_at_most
 
 # Elements of one [B*K, Vc] float32 logits block: 2**22 * 4 bytes = 16 MiB (the memory bound).
 _CHUNK_ELEMENTS = 1 << 22
@@ -67,7 +67,7 @@ def default_vocab_chunk(n_points: int, vocab: int, *, block_elements: int = _CHU
     """A vocabulary chunk Vc so that one [B*K, Vc] float32 block stays near `block_elements` (16 MiB
     by default; at least 256 wide)."""
     chunk = max(_MIN_CHUNK, block_elements // max(1, n_points))
-    chunk = 1 << (chunk.bit_length() - 1)  # power of two
+    chunk = pow2_at_most(chunk)
     return min(chunk, vocab)
 
 

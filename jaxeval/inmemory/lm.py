@@ -34,11 +34,11 @@ from jaxeval.cache import fingerprint_of
 from jaxeval.errors import JaxevalError
 from jaxeval.inmemory.function_model import FunctionModel
 from jaxeval.inmemory.point_scorer import PointScorer
-from jaxeval.lm.generation import Generator, request_pairs
 from jaxeval.lm.jax_lm import JaxLM
 from jaxeval.mesh import put_global, single_device_mesh
 from jaxeval.models.loader import LoadedModel
 from jaxeval.models.spec import ModelSpec
+from jaxeval.shapes import pow2_at_most
 
 # A mask-only model holds [B, T, V] float32 logits (and a temporary of that size) per batch: the
 # token budget is capped so that they stay under this many bytes.
@@ -177,13 +177,12 @@ class InMemoryLM(JaxLM):
         self.name = name
         self.step = step
         self.progress = bool(progress)
-        self.generator: Generator | None = None  # built on the first generate_until
         self._nnx_graphdef: Any = None  # set by from_nnx: update_params then takes the module
 
     @staticmethod
     def _logits_budget(vocab: int, max_length: int | None) -> int:
         budget = max(1, LOGITS_BYTES // (8 * vocab))
-        budget = 1 << (budget.bit_length() - 1)
+        budget = pow2_at_most(budget)
         return max(budget, int(max_length or 1))
 
     # ---- Flax constructors ----------------------------------------------------------------
@@ -314,23 +313,8 @@ class InMemoryLM(JaxLM):
         return super().loglikelihood_rolling(requests, disable_tqdm or not self.progress)
 
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> list[str]:
-        """lm-eval's generate_until on this object's own `Generator` (compiled once, kept)."""
-        if self.generator is None:
-            self.generator = Generator(
-                model=self.loaded,
-                tokenizer=self.tokenizer,
-                max_length=self.max_length,
-                batch_size=self.gen_batch_size,
-                encoder=self.encoder,
-                seed=self.seed,
-            )
-        pairs, same = request_pairs(requests)
-        return self.generator.generate_until(
-            pairs,
-            same=same,
-            disable_tqdm=disable_tqdm or not self.progress or not self.is_main_process,
-            on_answers=self.answer_hook,
-        )
+        """lm-eval's generate_until on this adapter's one `Generator` (`JaxLM.generation`)."""
+        return super().generate_until(requests, disable_tqdm or not self.progress)
 
     def fingerprint(self) -> str:
         """The response cache's key: `name` and `step` (there are no files to identify)."""

@@ -17,6 +17,7 @@ batches, shardings, compile-once-per-shape and the exactly-once check are the `S
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -56,15 +57,10 @@ def score_points(params: Any, batch: ScoreBatch, *, model: Any, n_slots: int) ->
 
 
 class PointScorer(Scorer):
-    """A `Scorer` that lowers `score_points` for models without `has_head_weight`."""
+    """A `Scorer` whose kernel is `score_points` for models without `has_head_weight` (the same
+    sharding boundary, executables and counters: `Scorer.job`)."""
 
-    def lower(self, bucket: Bucket):
+    def kernel(self, bucket: Bucket) -> Callable:
         if getattr(self.model, "has_head_weight", True):
-            return super().lower(bucket)
-        kernel = functools.partial(score_points, model=self.model, n_slots=bucket.slots)
-        in_shardings = (
-            jax.tree.map(lambda x: x.sharding, self.params),
-            ScoreBatch(*([self.batch_sharding] * len(ScoreBatch._fields))),
-        )
-        jitted = jax.jit(kernel, in_shardings=in_shardings, out_shardings=self.replicated)
-        return jitted.lower(self.params, self.abstract_batch(bucket))
+            return super().kernel(bucket)
+        return functools.partial(score_points, model=self.model, n_slots=bucket.slots)

@@ -30,18 +30,17 @@
 Compiled shapes: per engine (B rows, C slots, N new tokens, sampled or not) a decode chunk and a
 host read, for B and each tail size, plus a move between consecutive sizes; one `prefill_prefix`
 per prefix bucket, one `admit` per (U, R, prefix bucket, suffix bucket): a finite set fixed by the
-buckets, each compiled once (`Generator.compile_count`). The decode chunks, reads and moves are
-queued at the start on a background compile thread (`ContinuousEngine.compile_ahead`), so they
-compile while the main thread compiles and runs the admissions.
+buckets, each compiled once by the Generator's `Executables` (`Generator.compile_count`). The
+decode chunks, reads and moves are queued at the start on its background compile thread
+(`ContinuousEngine.compile_ahead`), so they compile while the main thread compiles and runs the
+admissions.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import numpy as np
@@ -60,9 +59,11 @@ from jaxeval.kernels.continuous import (
     select_rows,
 )
 from jaxeval.kernels.generate import StopTable
+from jaxeval.lm.executables import Job
+from jaxeval.lm.gen_config import MIN_PREFIX
 from jaxeval.lm.gen_plan import (
+    MIN_BUCKET,
     Prompt,
-    pow2_at_least,
     prefill_bucket,
     prompt_bucket,
     row_settings,
@@ -70,8 +71,8 @@ from jaxeval.lm.gen_plan import (
 )
 from jaxeval.lm.gen_stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
 from jaxeval.mesh import batch_sharding, put_global, to_host
+from jaxeval.shapes import pow2_at_least
 
-MIN_PREFIX = 32  # tokens: shorter common prefixes are recomputed (not worth a separate prefill)
 ADMIT_TOKENS = 2048  # padded suffix tokens one `admit` call prefills at most (or one prompt)
 
 
@@ -140,17 +141,8 @@ def _settings(items: Sequence[_Item], r: int) -> RowSettings:
     return RowSettings(**settings)
 
 
-class _Job(NamedTuple):
-    """One executable to compile: its cache key, function, abstract arguments and `jax.jit` options."""
-
-    key: tuple
-    fn: Callable
-    args: tuple
-    options: dict
-
-
 class ContinuousEngine:
-    """The compiled pieces for one engine shape, on one Generator (its params, mesh, compile cache)."""
+    """The compiled pieces for one engine shape, on one Generator (its params, mesh, executables)."""
 
     def __init__(self, gen: Any, *, rows: int, slots: int, n_new: int, sample: bool):
         self.gen = gen
@@ -184,28 +176,13 @@ class ContinuousEngine:
         self.param_shardings = jax.tree.map(lambda x: x.sharding, gen.params)
         self.stop_shardings = StopTable(self.replicated, self.replicated)
 
-    def _compile(self, job: _Job) -> Callable:
+    def _compile(self, job: Job) -> Callable:
         """The executable for `job.key`: compiled before, compiled ahead (waited for), or now."""
-        gen = self.gen
-        if job.key not in gen._compiled:
-            pending = gen._pending.pop(job.key, None)
-            gen._compiled[job.key] = pending.result() if pending is not None else self._build(job)
-        return gen._compiled[job.key]
+        return self.gen.executables.get(job)
 
-    def _build(self, job: _Job) -> Callable:
-        start = time.perf_counter()
-        out = jax.jit(job.fn, **job.options).lower(*job.args).compile()
-        self.gen.compile_seconds += time.perf_counter() - start
-        return out
-
-    def _ahead(self, job: _Job) -> None:
+    def _ahead(self, job: Job) -> None:
         """Queues `job`'s compilation on the generator's background compile thread."""
-        gen = self.gen
-        if job.key in gen._compiled or job.key in gen._pending:
-            return
-        if gen._compile_pool is None:
-            gen._compile_pool = ThreadPoolExecutor(1, thread_name_prefix="jaxeval-gen-compile")
-        gen._pending[job.key] = gen._compile_pool.submit(self._build, job)
+        self.gen.executables.ahead([job])
 
     def _abstract(self, tree: Any) -> Any:
         return jax.tree.map(
@@ -215,7 +192,7 @@ class ContinuousEngine:
 
     def new_state(self) -> EngineState:
         key = ("init", self.rows, self.slots, self.n_new)
-        return self._compile(_Job(key, self._make, (), {"out_shardings": self.state_shardings}))()
+        return self._compile(Job(key, self._make, (), out_shardings=self.state_shardings))()
 
     def prefix(self, tokens: Sequence[int]) -> Any:
         """The prefix cache (1 row, prefill_bucket(S) slots; none: 0 slots)."""
@@ -228,23 +205,24 @@ class ContinuousEngine:
         valid = np.arange(width) < len(tokens)
         host = (ids, valid)
         fn = self._compile(
-            _Job(
+            Job(
                 ("prefix", width),
                 lambda p, t, v: prefill_prefix(p, t, v, model=spec),
                 (self.gen.params, *self._abstract(host)),
-                dict(
-                    in_shardings=(self.param_shardings, self.replicated, self.replicated),
-                    out_shardings=self.replicated,
-                ),
+                in_shardings=(self.param_shardings, self.replicated, self.replicated),
+                out_shardings=self.replicated,
             )
         )
         return fn(self.gen.params, *put_global(host, self.replicated))
 
-    def _state_job(self, key: tuple, kernel: Callable, *extras: Any) -> _Job:
+    def _state_job(self, key: tuple, kernel: Callable, *extras: Any) -> Job:
         """kernel(params, stop_table, state, *extras) -> state: the state keeps its row shardings
         and is donated (the cache stays in place); extras are replicated."""
         args = (self.gen.params, self.gen.stop_table, self.abstract, *self._abstract(extras))
-        options = dict(
+        return Job(
+            key,
+            kernel,
+            args,
             in_shardings=(
                 self.param_shardings,
                 self.stop_shardings,
@@ -254,9 +232,8 @@ class ContinuousEngine:
             out_shardings=self.state_shardings,
             donate_argnums=(2,),
         )
-        return _Job(key, kernel, args, options)
 
-    def _state_call(self, job: _Job, state: EngineState, *extras: Any) -> EngineState:
+    def _state_call(self, job: Job, state: EngineState, *extras: Any) -> EngineState:
         return self._compile(job)(self.gen.params, self.gen.stop_table, state, *extras)
 
     def admit(self, state: EngineState, prefix: Any, batch: AdmitBatch, seed: Any) -> EngineState:
@@ -272,7 +249,7 @@ class ContinuousEngine:
         extras = (prefix, put_global(batch, self.replicated), seed)
         return self._state_call(self._state_job(key, kernel, *extras), state, *extras)
 
-    def _decode_job(self, seed: Any, want: Any) -> _Job:
+    def _decode_job(self, seed: Any, want: Any) -> Job:
         key = ("decode", self.rows, self.slots, self.n_new, self.sample)
         spec, mesh, sample = self.gen.spec, self.gen.mesh, self.sample
 
@@ -285,28 +262,27 @@ class ContinuousEngine:
         want = put_global(np.int32(want), self.replicated)
         return self._state_call(self._decode_job(seed, want), state, seed, want)
 
-    def _shrink_job(self, small: ContinuousEngine) -> _Job:
+    def _shrink_job(self, small: ContinuousEngine) -> Job:
         mesh = self.gen.mesh
-        return _Job(
+        return Job(
             ("shrink", self.rows, small.rows, self.slots, self.n_new),
             lambda s, k: select_rows(s, k, mesh=mesh),
             (self.abstract, *self._abstract((np.zeros(small.rows, np.int32),))),
-            dict(
-                in_shardings=(self.state_shardings, self.replicated),
-                out_shardings=small.state_shardings,
-            ),
+            in_shardings=(self.state_shardings, self.replicated),
+            out_shardings=small.state_shardings,
         )
 
     def shrink(self, state: EngineState, small: ContinuousEngine, keep: np.ndarray) -> EngineState:
         """Rows `keep` of this engine's state as `small`'s state (`kernels.continuous.select_rows`)."""
         return self._compile(self._shrink_job(small))(state, put_global(keep, self.replicated))
 
-    def _peek_job(self) -> _Job:
-        return _Job(
+    def _peek_job(self) -> Job:
+        return Job(
             ("peek", self.rows, self.slots, self.n_new),
             lambda s: (s.done, s.length, s.reason, s.out, s.steps),
             (self.abstract,),
-            dict(in_shardings=(self.state_shardings,), out_shardings=self.replicated),
+            in_shardings=(self.state_shardings,),
+            out_shardings=self.replicated,
         )
 
     def peek(self, state: EngineState) -> tuple[np.ndarray, ...]:
@@ -380,7 +356,7 @@ def engine_shape(
     """
     copies = pow2_at_least(sum(pr.copies for pr in prompts), 1)
     rows = max(shards, -(-min(batch_size, copies) // shards) * shards)
-    n_new = pow2_at_least(max(pr.max_new for pr in prompts))
+    n_new = pow2_at_least(max(pr.max_new for pr in prompts), MIN_BUCKET)
     need = 0
     for g in groups:
         sp = prompt_bucket(len(g.tokens)) if g.tokens else 0
@@ -395,20 +371,20 @@ def run_continuous(
     prompts: Sequence[Prompt],
     *,
     on_rows: Callable[[list[tuple[int, list[int], int]]], None] | None = None,
-    refill_rows: int | None = None,
-    min_prefix: int = MIN_PREFIX,
-    admission: str = "longest",
-    tail: bool = True,
 ) -> tuple[dict[int, tuple[list[int], int]], dict[str, float]]:
     """Every copy of every prompt through the engine: (request position -> (tokens, end reason),
-    stats). `on_rows([(position, tokens, reason)])` is called as rows finish. `tail`: once the
-    queue is empty, decode the live rows in smaller engines (`tail_rows`)."""
+    stats). `on_rows([(position, tokens, reason)])` is called as rows finish. The settings are
+    `gen.config`'s (`GenConfig`: `min_prefix`, `refill_rows`, `admission`, and `tail`: once the
+    queue is empty, decode the live rows in smaller engines, `tail_rows`)."""
+    config = gen.config
+    refill_rows, min_prefix, tail = config.refill_rows, config.min_prefix, config.tail
+    admission = config.admission
     groups = (
         shared_prefixes(prompts, min_prefix)
         if min_prefix > 0
         else [PrefixGroup((), (i,)) for i in range(len(prompts))]
     )
-    rows, slots, n_new, sample = engine_shape(prompts, groups, gen.batch_size, gen.shards)
+    rows, slots, n_new, sample = engine_shape(prompts, groups, config.batch_size, gen.shards)
     engine = ContinuousEngine(gen, rows=rows, slots=slots, n_new=n_new, sample=sample)
     shards = gen.shards
     tails: dict[int, ContinuousEngine] = {}  # the smaller engines the tail may move into
@@ -442,7 +418,7 @@ def run_continuous(
         order = [np.asarray([it.prompt.request_index, it.copy, it.start]) for it in items]
         distributed.check_same("generation queue", fingerprint([rows, slots, n_new, *order]))
 
-    seed = put_global(np.int32(gen.seed), gen.replicated)
+    seed = put_global(np.int32(config.seed), gen.replicated)
     engine.compile_ahead(seed, list(tails.values()))
     try:
         state = engine.new_state()
@@ -530,8 +506,7 @@ def run_continuous(
             if finished and on_rows is not None:
                 on_rows(finished)
     finally:  # what the background thread has not started is not needed after all
-        for key in [k for k, f in gen._pending.items() if f.cancel()]:
-            del gen._pending[key]
+        gen.executables.cancel_pending()
     stats["decode_steps"] = int(steps)
     stats["engine_rows"], stats["engine_slots"], stats["engine_new"] = rows, slots, n_new
     return out, stats

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,12 +29,9 @@ from jaxeval.distributed import fingerprint
 from jaxeval.kernels.generate import GenerateBatch
 from jaxeval.lm.gen_kwargs import GenSettings
 from jaxeval.lm.gen_stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS, StopRows
+from jaxeval.shapes import pow2_at_least
 
 MIN_BUCKET = 16
-
-
-def pow2_at_least(n: int, floor: int = MIN_BUCKET) -> int:
-    return max(floor, 1 << max(0, (int(n) - 1).bit_length()))
 
 
 def prompt_bucket(n: int) -> int:
@@ -42,7 +40,7 @@ def prompt_bucket(n: int) -> int:
     Decode steps read the whole cache (P + N slots) per token, so the prompt buckets are finer
     than powers of two: at most a third of the prompt slots are padding.
     """
-    p = pow2_at_least(n)
+    p = pow2_at_least(n, MIN_BUCKET)
     three_quarters = 3 * p // 4
     return three_quarters if three_quarters >= max(n, MIN_BUCKET) and p > 32 else p
 
@@ -57,7 +55,7 @@ def prefill_bucket(n: int) -> int:
     """
     if n <= 256:
         return prompt_bucket(n)
-    step = 1 << ((int(n) - 1).bit_length() - 3)  # 2**k < n <= 2**(k+1): steps of 2**(k-2)
+    step = pow2_at_least(n) // 8  # 2**k < n <= 2**(k+1): steps of 2**(k-2)
     return -(-int(n) // step) * step
 
 
@@ -123,7 +121,7 @@ def plan_gen_batches(
     """
     groups: dict[tuple[int, int, bool], list[Prompt]] = {}
     for pr in prompts:
-        key = (pr.copies, pow2_at_least(pr.max_new), pr.settings.do_sample)
+        key = (pr.copies, pow2_at_least(pr.max_new, MIN_BUCKET), pr.settings.do_sample)
         groups.setdefault(key, []).append(pr)
     out = []
     for (copies, n_new, sample), group in sorted(groups.items()):
@@ -194,3 +192,24 @@ def _fill(chunk: Sequence[Prompt], shape: GenShape) -> PlannedGenBatch:
             set_row(settings, i * c + j, pr, j)
     batch = GenerateBatch(tokens=tokens, valid=valid, **settings)
     return PlannedGenBatch(shape=shape, batch=batch, rows=rows)
+
+
+def request_pairs(requests: Sequence[Any]) -> tuple[list[tuple[str, dict]], list[int]]:
+    """lm-eval Instances (or (context, gen_kwargs) tuples) -> pairs, and each one's first copy.
+
+    The evaluator expands `repeats` by listing the same Instance object consecutively; those rows
+    share a prompt (one prefill) and differ only in their repeat index.
+    """
+    pairs, same, first = [], [], {}
+    for i, req in enumerate(requests):
+        args = req.args if hasattr(req, "args") else tuple(req)
+        context, gen_kwargs = args[0], (args[1] if len(args) > 1 else {})
+        pairs.append((context, dict(gen_kwargs or {})))
+        key = id(req) if hasattr(req, "args") else None
+        if key is not None and key in first:
+            same.append(first[key])
+        else:
+            if key is not None:
+                first[key] = i
+            same.append(i)
+    return pairs, same

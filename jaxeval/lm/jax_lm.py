@@ -22,6 +22,7 @@ devices, each process runs the same plan, and only `is_main_process` (process 0)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -38,12 +39,16 @@ from jaxeval.errors import JaxevalError
 from jaxeval.lm.base import LM, MODELS
 from jaxeval.lm.buckets import BucketSet, parse_buckets
 from jaxeval.lm.encoding import Encoder, resolve_max_length, rolling_windows, truncate_request
-from jaxeval.lm.generation import generate_until
+from jaxeval.lm.gen_plan import request_pairs
+from jaxeval.lm.generation import Generator
 from jaxeval.lm.model_config import JaxLMConfig
 from jaxeval.lm.planner import ScorePlan, plan_score_batches
 from jaxeval.lm.scorer import Scorer
 from jaxeval.mesh import batch_shards, local_device, make_mesh, spans_all_processes
 from jaxeval.models import LoadedModel, load_model
+from jaxeval.models.attention_backend import select_attention
+from jaxeval.models.spec import ModelSpec
+from jaxeval.shapes import pow2_at_most
 
 DEFAULT_CPU_TOKEN_BUDGET = 8192
 _MIN_AUTO_BUDGET = 1024
@@ -88,7 +93,7 @@ def _local_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: i
     else:
         free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
         budget = min(_MAX_AUTO_BUDGET, int(0.5 * free / per_token) * batch_shards(mesh))
-    budget = 1 << max(0, budget.bit_length() - 1)
+    budget = pow2_at_most(budget)
     return int(min(cap, max(_MIN_AUTO_BUDGET, budget)))
 
 
@@ -147,7 +152,8 @@ class JaxLM(LM):
             raise JaxevalError("give either config= or model arguments, not both", field="config")
         self.config = config
         self.compilation_cache = compile_cache.enable(config.compilation_cache)
-        self.loaded, self.mesh = self._load(config)
+        loaded, self.mesh = self._load(config)
+        self.loaded = self._with_attention(loaded, self.mesh, config.attention)
         self._tokenizer = self._make_tokenizer(config, self.loaded.path)
         self.encoder = Encoder(
             self._tokenizer,
@@ -161,8 +167,9 @@ class JaxLM(LM):
         )
         self.batch_size = config.batch_size
         self.max_batch_size = int(config.max_batch_size)
-        self.gen_batch_size = config.generation_batch_size
-        self.seed = int(config.seed)
+        self.gen_config = config.gen_config
+        self.gen_batch_size = self.gen_config.batch_size
+        self.seed = self.gen_config.seed
         token_budget = config.token_budget
         if token_budget is None:  # the same for N, auto and auto:N (see the module docstring)
             token_budget = auto_token_budget(
@@ -184,6 +191,7 @@ class JaxLM(LM):
             buckets=self.buckets,
             vocab_chunk=config.vocab_chunk,
         )
+        self.generator: Generator | None = None  # built by the first generate_until, then kept
         self.last_plan: ScorePlan | None = None
         self.stats: dict[str, float] = {}  # the last scoring call
         self.first_scored_at: float | None = None  # perf_counter() when the first batch came back
@@ -218,6 +226,17 @@ class JaxLM(LM):
             gguf_file=config.gguf_file,
         )
         return loaded, mesh
+
+    @staticmethod
+    def _with_attention(loaded: LoadedModel, mesh: Mesh, setting: str | None) -> LoadedModel:
+        """Our decoder's spec with the attention backend for `mesh` (`select_attention`: chosen
+        once here, static in every executable's key); another model keeps its own attention."""
+        if not isinstance(loaded.spec, ModelSpec):
+            return loaded
+        backend = select_attention(mesh, setting)
+        if loaded.spec.attention == backend:
+            return loaded
+        return dataclasses.replace(loaded, spec=dataclasses.replace(loaded.spec, attention=backend))
 
     def _make_tokenizer(self, config: JaxLMConfig, path: str) -> Any:
         tokenizer, revision, add_bos_token = config.tokenizer, config.revision, config.add_bos_token
@@ -325,7 +344,9 @@ class JaxLM(LM):
             "token_budget": self.token_budget,
             "mesh": dict(self.mesh.shape),
             "compilation_cache": self.compilation_cache,
+            "attention": getattr(getattr(spec, "attention", None), "name", "model's own"),
             "scoring_stats": dict(self.totals),
+            "generation_stats": self.generator.executables.stats() if self.generator else {},
         }
 
     # ---- requests -------------------------------------------------------------------------
@@ -514,16 +535,24 @@ class JaxLM(LM):
 
         return on_answers
 
+    def generation(self) -> Generator:
+        """This adapter's one `Generator` (built on first use, then kept with its executables)."""
+        if self.generator is None:
+            self.generator = Generator(
+                model=self.loaded,
+                tokenizer=self._tokenizer,
+                max_length=self._max_length,
+                config=self.gen_config,
+                encoder=self.encoder,
+            )
+        return self.generator
+
     def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
-        """lm-eval's generate_until on the JAX decode kernel (`jaxeval.lm.generation`)."""
-        return generate_until(
-            requests,
-            model=self.loaded,
-            tokenizer=self._tokenizer,
-            encoder=self.encoder,
-            max_length=self._max_length,
-            batch_size=self.gen_batch_size,
-            seed=self.seed,
+        """lm-eval's generate_until on the JAX decode kernels (`jaxeval.lm.generation`)."""
+        pairs, same = request_pairs(requests)
+        return self.generation().generate_until(
+            pairs,
+            same=same,
             disable_tqdm=disable_tqdm or not self.is_main_process,
             on_answers=self.answer_hook,
         )

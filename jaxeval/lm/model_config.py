@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxeval.errors import JaxevalError
+from jaxeval.lm.gen_config import GenConfig
 
 # HFLM arguments accepted for command-line compatibility that change nothing here.
 IGNORED_HF_ARGS = (
@@ -26,6 +27,19 @@ IGNORED_HF_ARGS = (
     "offload_folder",
 )
 GEN_MIN_BATCH = 16  # generation rows per batch when lm-eval's batch_size N is smaller
+# `--model_args` names of `GenConfig`'s fields (`generation`): name -> field
+GEN_ARGS = {
+    "gen_batch_size": "batch_size",
+    "seed": "seed",
+    "max_gen_toks": "max_gen_toks",
+    "gen_continuous": "continuous",
+    "gen_min_prefix": "min_prefix",
+    "gen_refill_rows": "refill_rows",
+    "gen_admission": "admission",
+    "gen_tail": "tail",
+    "gen_shrink_last_batch": "shrink_last_batch",
+}
+ATTENTION = ("auto", "xla", "cpu")  # `attention_backend.SETTINGS`, named here without importing JAX
 
 
 def parse_batch_size(batch_size: int | str) -> int | str:
@@ -50,7 +64,12 @@ def parse_batch_size(batch_size: int | str) -> int | str:
 class JaxLMConfig:
     """Everything `JaxLM` takes. `pretrained` is a checkpoint directory, hub id, `.gguf` path or an
     already loaded `jaxeval.models.LoadedModel`; `mesh` a preset name or a `jax.sharding.Mesh`;
-    `tokenizer` a directory or a tokenizer object."""
+    `tokenizer` a directory or a tokenizer object; `attention` the attention backend (None: the
+    `JAXEVAL_ATTENTION` variable, else `auto`: `jaxeval.models.attention_backend`); `generation`
+    the generation settings (`GenConfig`; from `--model_args` through `GEN_ARGS`'s names).
+
+    `generation.batch_size` None (the default) takes the generation rows per batch from lm-eval's
+    batch_size (`generation_batch_size`); `gen_config` is the resolved `GenConfig`."""
 
     pretrained: Any
     dtype: str = "auto"
@@ -71,10 +90,10 @@ class JaxLMConfig:
     packing: bool = True
     shared_context: bool = True
     vocab_chunk: int | None = None
-    gen_batch_size: int | None = None
-    seed: int = 1234
     gguf_file: str | None = None
     compilation_cache: str | None = None
+    attention: str | None = None
+    generation: GenConfig | None = None
 
     def __post_init__(self) -> None:
         if self.pretrained is None:
@@ -95,10 +114,21 @@ class JaxLMConfig:
             raise JaxevalError(
                 f"max_batch_size must be >= 1, got {self.max_batch_size}", field="max_batch_size"
             )
+        if self.attention is not None and str(self.attention).lower() not in ATTENTION:
+            raise JaxevalError(
+                f"attention={self.attention!r} is not one of {', '.join(ATTENTION)}",
+                field="attention",
+            )
+        if self.generation is not None and not isinstance(self.generation, GenConfig):
+            raise JaxevalError(
+                f"generation must be a GenConfig, got {type(self.generation).__name__}",
+                field="generation",
+            )
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+        """Every model argument: the fields, and `GenConfig`'s under their `GEN_ARGS` names."""
+        return tuple(f.name for f in dataclasses.fields(cls)) + tuple(GEN_ARGS)
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any]) -> JaxLMConfig:
@@ -111,14 +141,42 @@ class JaxLMConfig:
                 field="model_args",
                 hint="known: " + ", ".join(cls.names()),
             )
-        return cls(**{k: v for k, v in kwargs.items() if k in cls.names()})
+        gen = {GEN_ARGS[k]: v for k, v in kwargs.items() if k in GEN_ARGS and v is not None}
+        fields = {f.name for f in dataclasses.fields(cls)}
+        own = {k: v for k, v in kwargs.items() if k in fields}
+        if gen:
+            if own.get("generation") is not None:
+                raise JaxevalError(
+                    "give either generation=GenConfig(...) or its model arguments "
+                    f"({', '.join(sorted(k for k in kwargs if k in GEN_ARGS))}), not both",
+                    field="generation",
+                )
+            own["generation"] = _gen_config(gen)
+        return cls(**own)
+
+    @property
+    def gen_config(self) -> GenConfig:
+        """The generation settings in force: `generation` with its batch size resolved
+        (`generation_batch_size`)."""
+        base = self.generation or GenConfig()
+        return dataclasses.replace(base, batch_size=self.generation_batch_size)
 
     @property
     def generation_batch_size(self) -> int:
-        """Generation rows per batch. Outputs never depend on it (per-row settings and PRNG keys),
-        so lm-eval's default batch_size=1 does not force one prompt at a time here."""
-        if self.gen_batch_size:
-            return int(self.gen_batch_size)
+        """Generation rows per batch: `gen_batch_size` when given, else from lm-eval's batch_size
+        (at least 16; `auto`: max_batch_size). Outputs never depend on it (per-row settings and
+        PRNG keys), so lm-eval's default batch_size=1 does not force one prompt at a time here."""
+        given = self.generation.batch_size if self.generation is not None else None
+        if given is not None:
+            return int(given)
         if isinstance(self.batch_size, int):
             return max(self.batch_size, GEN_MIN_BATCH)
         return int(self.max_batch_size)
+
+
+def _gen_config(fields: dict[str, Any]) -> GenConfig:
+    """`GenConfig(**fields)`, its errors named by their `--model_args` spelling."""
+    try:
+        return GenConfig(**fields)
+    except TypeError as err:
+        raise JaxevalError(f"generation settings: {err}", field="model_args") from None

@@ -5,12 +5,15 @@
 
 Batches are sharded over the mesh's batch axes (`data`, and `fsdp` when present); parameters keep
 the shardings they were loaded with; the outputs are small and replicated. Each batch shape is
-compiled ahead of time (`jit(...).lower(...).compile()`) once, when a plan first uses it: `run_plan`
-hands the plan's shapes to one background compile thread in first-use order and runs each batch as
-soon as its executable is ready, so later shapes compile while earlier batches run. Shapes a plan
-never uses are never compiled (`warmup()` still compiles the whole grid on request). With JAX's
-persistent cache on (`jaxeval.compile_cache`), a known shape loads from disk instead; `compile_stats`
-counts both.
+compiled ahead of time once, when a plan first uses it, by the scorer's `Executables`
+(`jaxeval.lm.executables`, the compile boundary): `run_plan` hands the plan's shapes to its
+background compile thread in first-use order and runs each batch as soon as its executable is ready,
+so later shapes compile while earlier batches run. Shapes a plan never uses are never compiled
+(`warmup()` still compiles the whole grid on request). With JAX's persistent cache on
+(`jaxeval.compile_cache`), a known shape loads from disk instead; `compile_stats` counts both.
+
+Parameters may be abstract (`jax.ShapeDtypeStruct`s with their `NamedSharding`s, on any mesh): the
+scorer then compiles (`warmup`, `executables.describe`) but cannot run.
 
 On a mesh spanning several processes every process runs the same plan: it checks that its plan's
 digest matches the other processes', places its own shards of each batch (`mesh.put_global`) and
@@ -20,22 +23,26 @@ reads the replicated outputs (`mesh.to_host`).
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
 from jaxeval import distributed
-from jaxeval.compile_cache import CompileCounter
 from jaxeval.kernels.score import ScoreBatch, fast_vocab_chunk, score
 from jaxeval.lm.buckets import Bucket, BucketSet
+from jaxeval.lm.executables import Executables, Job
 from jaxeval.lm.planner import ScorePlan
-from jaxeval.mesh import batch_sharding, batch_shards, place_params, put_global, to_host
+from jaxeval.mesh import (
+    batch_sharding,
+    batch_shards,
+    place_params,
+    put_global,
+    replicated,
+    to_host,
+)
 from jaxeval.models.contract import DecoderModel
 
 
@@ -67,28 +74,18 @@ class Scorer:
         self.vocab_chunk = vocab_chunk
         shards = batch_shards(mesh)
         self.batch_sharding = batch_sharding(mesh, (shards, 1))  # every bucket's rows divide
-        self.replicated = NamedSharding(mesh, P())
+        self.replicated = replicated(mesh)
         for b in buckets:
             if b.rows % shards:
                 raise ValueError(
                     f"bucket {b} has {b.rows} rows, not a multiple of the {shards} batch shards"
                 )
-        self._in_shardings = (
-            jax.tree.map(lambda x: x.sharding, self.params),
-            ScoreBatch(*([self.batch_sharding] * len(ScoreBatch._fields))),
-        )
-        self._compiled: dict[Bucket, Callable] = {}
-        self._pending: dict[Bucket, Future] = {}
-        self._executor: ThreadPoolExecutor | None = None
-        self.compile_seconds = 0.0  # spent compiling (or loading from the persistent cache)
-        self.compile_wait_seconds = 0.0  # of which the run loop waited for
-        self.compilations = 0  # executables XLA built
-        self.cache_hits = 0  # executables loaded from the persistent cache
+        self.executables = Executables("jaxeval-score-compile")
         self.vocab_size = jax.eval_shape(model.head_weight, self.params).shape[0]
 
     @property
     def compile_count(self) -> int:
-        return len(self._compiled)
+        return self.executables.compile_count
 
     def chunk_for(self, bucket: Bucket) -> int:
         return self.vocab_chunk or fast_vocab_chunk(bucket.rows * bucket.points, self.vocab_size)
@@ -102,42 +99,37 @@ class Scorer:
         t, k = bucket.length, bucket.points
         return ScoreBatch(arr(t), arr(t), arr(t), arr(t), arr(k), arr(k), arr(k))
 
-    def lower(self, bucket: Bucket):
-        """`score` for one bucket, its static config bound, lowered with the sharding boundary."""
-        kernel = functools.partial(
+    def kernel(self, bucket: Bucket) -> Callable:
+        """`score` with the bucket's static config bound: (params, ScoreBatch) -> ScoreResult."""
+        return functools.partial(
             score, model=self.model, n_slots=bucket.slots, vocab_chunk=self.chunk_for(bucket)
         )
-        jitted = jax.jit(kernel, in_shardings=self._in_shardings, out_shardings=self.replicated)
-        return jitted.lower(self.params, self.abstract_batch(bucket))
 
-    def _compile(self, bucket: Bucket) -> Callable:
-        """Runs on the compile thread (one at a time, so the counts below are this compile's)."""
-        counter = CompileCounter.get()
-        before = counter.snapshot()
-        start = time.perf_counter()
-        executable = self.lower(bucket).compile()
-        self.compile_seconds += time.perf_counter() - start
-        built, hits = counter.since(before)
-        self.compilations += built
-        self.cache_hits += hits
-        return executable
+    def job(self, bucket: Bucket) -> Job:
+        """The bucket's executable: `kernel(bucket)` at the sharding boundary (parameters keep
+        their shardings, batches split over the batch axes, outputs replicated)."""
+        params_sharding = jax.tree.map(lambda x: x.sharding, self.params)
+        batch_shardings = ScoreBatch(*([self.batch_sharding] * len(ScoreBatch._fields)))
+        return Job(
+            bucket,
+            self.kernel(bucket),
+            (self.params, self.abstract_batch(bucket)),
+            in_shardings=(params_sharding, batch_shardings),
+            out_shardings=self.replicated,
+        )
+
+    def lower(self, bucket: Bucket) -> Any:
+        """The bucket's executable lowered (StableHLO), not compiled."""
+        return self.job(bucket).lower()
 
     def compile_async(self, buckets: Iterable[Bucket]) -> None:
         """Queues every not yet compiled bucket on the background compile thread, in order."""
-        for b in buckets:
-            if b not in self._compiled and b not in self._pending:
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="jaxeval-compile")
-                self._pending[b] = self._executor.submit(self._compile, b)
+        self.executables.ahead(self.job(b) for b in buckets if b not in self.executables)
 
     def compiled(self, bucket: Bucket) -> Callable:
         """The executable for `bucket`, compiling it (or waiting for the compile thread) if needed."""
-        if bucket not in self._compiled:
-            self.compile_async([bucket])
-            start = time.perf_counter()
-            self._compiled[bucket] = self._pending.pop(bucket).result()
-            self.compile_wait_seconds += time.perf_counter() - start
-        return self._compiled[bucket]
+        exe = self.executables
+        return exe.compiled(bucket) if bucket in exe else exe.get(self.job(bucket))
 
     def warmup(self, buckets: Iterable[Bucket] | None = None) -> None:
         """Compiles `buckets` (default: the whole grid) now; plans otherwise compile what they use."""
@@ -147,13 +139,7 @@ class Scorer:
             self.compiled(b)
 
     def compile_stats(self) -> dict[str, float]:
-        return {
-            "compile_count": self.compile_count,
-            "compilations": self.compilations,
-            "cache_hits": self.cache_hits,
-            "compile_s": self.compile_seconds,
-            "compile_wait_s": self.compile_wait_seconds,
-        }
+        return self.executables.stats()
 
     def run_plan(
         self,

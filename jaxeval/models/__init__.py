@@ -10,7 +10,7 @@ Public surface:
     LOGICAL_AXIS_RULES, param_shardings, cache_shardings
 """
 
-from jaxeval.models.decoder import KVCache
+from jaxeval.models.contract import KVCache
 from jaxeval.models.families import SUPPORTED_MODEL_TYPES, spec_from_config
 from jaxeval.models.loader import LoadedModel, load_model
 from jaxeval.models.params import param_count

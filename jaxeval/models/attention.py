@@ -45,7 +45,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxeval.models import cpu_attention
 from jaxeval.models.layers import HIGHEST, dense, norm
 from jaxeval.models.rope import apply_rope
 from jaxeval.shapes import Bool, Float, Int
@@ -160,6 +159,11 @@ class _Online:
         return jnp.transpose(out, (0, 3, 1, 2, 4)).astype(dtype)
 
 
+def online_init(queries: tuple[int, ...], e: int):
+    """An online-softmax state that has seen no key yet (`blocked_attend`'s `init`)."""
+    return _Online.init(queries, e)
+
+
 def block_visibility(
     segment: Int["B T"],
     parent: Int["B T"],
@@ -221,19 +225,12 @@ def blocked_attend(
     max and sum, [B, G, X, T, E] values: `_Online`), which each query block continues from
     (`cache_attend`: a prefill's cached prefix, then the prompt's own keys block by block).
 
-    On the CPU, when `cpu_attention.enabled()` and q, k, v are float32, the fused kernel
-    `cpu_attention.packed` computes the same output in one custom call (no padding to `block`;
-    the result differs from the loop only in float32 summation order).
+    This is the reference (`attention_backend.XlaAttention.packed`); another backend may compute
+    the same output its own way (the CPU kernel: one custom call, float32 summation order aside).
     """
     b, t, h, e = q.shape
     g = k.shape[2]
     r = h // g
-    if {q.dtype, k.dtype, v.dtype} == {jnp.dtype(jnp.float32)} and cpu_attention.enabled():
-        if init is None:
-            init = _Online.init((b, g, r, t), e)
-        return cpu_attention.packed(
-            q, k, v, segment, parent, positions, window, scale, softcap, init
-        )  # the same rule and online softmax, fused (any T: no padding to the block)
     pad = -t % block
     if pad:
         q, k, v, segment, parent, positions = (
@@ -318,6 +315,7 @@ def cache_attend(
     block: int,
     new_block: int = 0,
     new_valid: Bool["B T"] | None = None,
+    backend: Any = None,
 ) -> Float["B T H E"]:
     """Attention of T queries at slots [index, index + T): over layer `layer` of a stacked cache
     holding the slots before `index`, and over this call's own keys `k_new` / `v_new`, which the
@@ -336,9 +334,9 @@ def cache_attend(
     state (`blocked_attend` with `init`; a long prefill, where the dense scores cost 2.4x the whole
     forward pass on CPU at T = 1,024).
 
-    A one-token step (T = 1, decode) on the CPU reads the cache through the fused kernel of
-    `cpu_attention` instead of the block loop when `cpu_attention.enabled()` (float32 cache, one
-    cache row per query row): the same online-softmax state over the same slots, in one pass.
+    `backend` (`jaxeval.models.attention_backend`; None: the reference) may compute a one-token
+    step's state over the cache its own way (`cache_state`: the CPU kernel reads each row's written
+    slots in one pass) and attends over a long prefill's own keys (`packed`).
 
     A cache of one row (`k_cache` [L, 1, G, E, C]: a shared prefix, `decoder.forward_new`) is read
     by all B query rows; C = 0 is no cache. `new_valid` gives the new keys' validity directly
@@ -381,16 +379,14 @@ def cache_attend(
         return _Online.update(state, scores, allowed, vb, "bgmq,bgqe->bgme")
 
     state = _Online.init((b, g, r * t), e)  # [B, G, X*T]: the rows-merged layout
-    fused = (
-        c and t == 1 and bc == b
-        and {qm.dtype, k_cache.dtype, v_cache.dtype} == {jnp.dtype(jnp.float32)}
-        and cpu_attention.enabled()
-    )  # fmt: skip
-    if fused:  # a decode step on the CPU: one fused pass over each row's written slots
-        state = cpu_attention.cache_state(
+    fused = None
+    if backend is not None and c and t == 1 and bc == b:  # a decode step: the backend's own pass?
+        fused = backend.cache_state(
             qm, k_cache, v_cache, layer, row_index, slot_valid, slot_positions,
             q_positions[:, 0], window, scale, softcap,
         )  # fmt: skip
+    if fused is not None:
+        state = fused
     elif c:
         n_blocks = (jnp.max(row_index) + block - 1) // block  # blocks holding [0, index)
         state = jax.lax.fori_loop(0, n_blocks, key_block, state)
@@ -406,11 +402,11 @@ def cache_attend(
         new_ok = new_valid
     if new_block:
         segment = new_ok.astype(jnp.int32)  # valid new keys: one segment, causal
-        out = blocked_attend(
+        packed = blocked_attend if backend is None else backend.packed
+        return packed(
             q, k_new, v_new, segment, jnp.zeros_like(segment), q_positions,
             window=window, scale=scale, softcap=softcap, block=new_block, init=state,
         )  # fmt: skip
-        return out
     causal = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]  # [T, T]: query, key
     allowed = new_ok[:, None, :] & causal[None]
     if window is not None:

@@ -1,6 +1,6 @@
 """Fused attention kernels for XLA:CPU: `cpu_attention.cc`, built once per machine and called as
-XLA FFI custom calls by `attention.cache_attend` (one-token decode steps) and
-`attention.blocked_attend` (scoring's packed rows and a prefill's own keys).
+XLA FFI custom calls by the `cpu` attention backend (`attention_backend.CpuKernelAttention`):
+one-token decode steps and packed rows (scoring, a prefill's own keys).
 
 Why: XLA:CPU runs a decode step's attention as a loop of small ops per cache block and layer, at
 ~10 GB/s on one core; the decode kernel reads each row's K/V slab once, on every core of XLA's
@@ -20,14 +20,9 @@ folds the step's own key into;
            softcap, init) -> out [B, T, H, E]
 
 `blocked_attend`'s finished output under the packing rule (`attention` module docstring), its
-online softmax starting from `init`. Whether they are used (`enabled()`, read when a function is
-traced):
-
-    JAXEVAL_CPU_ATTENTION=auto  (default) on when the default backend is the CPU with one device
-                                and a C++ compiler builds the kernels; otherwise XLA's loops
-    JAXEVAL_CPU_ATTENTION=on    on whenever the backend is the CPU (also over several host devices,
-                                where XLA gathers the operands); a failed build is an error
-    JAXEVAL_CPU_ATTENTION=off   never
+online softmax starting from `init`. Whether a model uses them is chosen once, when it is loaded,
+by `jaxeval.models.attention_backend.select_attention` (the `cpu` backend); `JAXEVAL_CPU_ATTENTION`
+(`auto`, `on`, `off`, parsed by `mode()`) is the older spelling of `JAXEVAL_ATTENTION` it reads.
 
 The build: `$CXX` (else c++, g++ or clang++) `-O3 -march=native -ffp-contract=fast -shared -fPIC`
 against jaxlib's FFI headers, into `<cache_home>/kernels/` under a name hashing the source, the
@@ -76,20 +71,15 @@ def mode() -> str:
     return value
 
 
-def enabled() -> bool:
-    """Whether `cache_attend` traced now should call the kernel (builds it on first use)."""
-    chosen = mode()
-    if chosen == "off" or jax.default_backend() != "cpu":
-        return False
-    if chosen == "auto" and len(jax.devices()) != 1:
-        return False  # a sharded step: XLA would gather the kernel's operands onto every device
-    ok = _ensure_registered()
-    if not ok and chosen == "on":
-        raise JaxevalError(
-            f"{ENV}=on but the CPU decode-attention kernel could not be built: {_state['error']}. "
-            f"Install a C++ compiler (or set CXX), or set {ENV}=auto to fall back to XLA."
-        )
-    return ok
+def available() -> bool:
+    """Whether the kernels are built and registered (builds them on the first call, once per
+    process); `jaxeval.models.attention_backend.select_attention` asks it when it chooses."""
+    return _ensure_registered()
+
+
+def build_error() -> str | None:
+    """Why the last build failed (None: no build failed)."""
+    return _state.get("error")  # type: ignore[return-value]
 
 
 def _cpu_model() -> str:
@@ -169,8 +159,18 @@ def _ensure_registered() -> bool:
         return bool(_state["ok"])
 
 
+def _require() -> None:
+    """The kernels registered before a program names them (built on first use)."""
+    if not _ensure_registered():
+        raise JaxevalError(
+            f"the CPU attention kernels could not be built: {_state['error']}",
+            hint="install a C++ compiler (or set CXX), or use attention=xla",
+        )
+
+
 def cache_state(q, k, v, layer, bound, valid, slot_pos, q_pos, window, scale, softcap):
     """The kernel's online-softmax state (see the module docstring); float32 operands."""
+    _require()
     b, g, m, e = q.shape
     out = (
         jax.ShapeDtypeStruct((b, g, m), jnp.float32),
@@ -192,6 +192,7 @@ def packed(q, k, v, segment, parent, positions, window, scale, softcap, init):
     """`attention.blocked_attend`'s output (finished, [B, T, H, E] float32) in one fused pass:
     each (row, kv head, 16 queries) walks the keys up to its last query in blocks of 128 with an
     online softmax that starts from `init` ([B, G, X, T] max and sum, [B, G, X, T, E] values)."""
+    _require()
     b, t, h, e = q.shape
     g = k.shape[2]
     windowed = window is not None

@@ -17,53 +17,20 @@ on long ones; `forward_cached` updates the cache in place and reads only its wri
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxeval.models import attention as attn
+from jaxeval.models.attention_backend import XLA
+from jaxeval.models.contract import KVCache
 from jaxeval.models.layers import HIGHEST, mlp, norm
 from jaxeval.models.rope import dynamic_inv_freq, rope_cos_sin
 from jaxeval.shapes import Bool, Float, Int
 
-# Rows of T >= BLOCKED_MIN_LENGTH attend block by block (`attention.blocked_attend`), in blocks of
-# the largest power of two <= T/4 (32 to 512: a grid length m 2^k, m = 4..7, is a whole number of
-# them); shorter rows use the dense scores. Chosen by timing `hidden` at SmolLM2-135M's shapes on
-# the 2-core CPU, 8,192 tokens a call, quiet (docs/performance.md): T = 128: dense 10.1 s, blocks
-# of 32 8.9 s; T = 256: dense 10.6 s, 64: 9.2 s; T = 1,024: 128: 11.7 s, 256: 10.6 s; T = 2,048:
-# 256: 13.5 s, 512: 13.2 s; T = 8,192: 512: 26.3 s, 1,024: 34.4 s. The dense [B, G, X, T, T]
-# scores cost more than the skipped blocks save from T = 128 on (the softmax passes over them, not
-# the matmuls), and a small block's loop overhead shows from T = 1,024 on.
-BLOCKED_MIN_LENGTH = 128
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
-# Cache slots per block of `attention.cache_attend` (prefill and decode).
-CACHE_BLOCK = 128
-
-
-class KVCache(NamedTuple):
-    """Keys/values for every layer plus per-slot bookkeeping; a pytree.
-
-    k          [L, B, G, E, C]  keys, transposed (slots minor), in the cache dtype
-    v          [L, B, G, C, E]  values, heads-major, in the cache dtype
-    valid      [B, C] bool      slot holds a real (non-padding) token
-    positions  [B, C] int32     that token's position (for sliding windows)
-
-    `ROW_AXES` and `SLOT_AXES` name each field's rows and slots axes. The two layouts make both
-    attention matmuls over a cache block contract over the right operand's major axis (q [X, E] . k [E, C'], p [X, C'] . v [C', E]),
-    the form XLA:CPU's dot runs at memory speed: with k, v as [L, B, C, G, E] a decode step's
-    attention over 1,400 slots took 104 ms for SmolLM2's 30 layers and 8 rows (docs/performance.md).
-    """
-
-    k: jax.Array
-    v: jax.Array
-    valid: jax.Array
-    positions: jax.Array
-
-
-ROW_AXES = KVCache(k=1, v=1, valid=0, positions=0)  # where each field keeps its B rows
-SLOT_AXES = KVCache(k=4, v=3, valid=1, positions=1)  # ... and its C slots
 
 
 def init_cache(spec, batch: int, length: int, dtype: Any) -> KVCache:
@@ -153,19 +120,12 @@ def _block(spec, p, x, *, cos, sin, attend_fn):
     return x + h, aux[0]
 
 
-def attention_block_size(length: int, block: int | None = None) -> int:
-    """The query/key block `hidden` uses at row length T = `length`; 0 = the dense path.
-
-    `block` overrides the default (BLOCKED_MIN_LENGTH): 0 = dense, Q > 0 = blocks of Q when T > Q.
-
-        T   64  128  256  384  512  1,024  1,536  2,048  8,192
-        Q    0   32   64   64  128    256    256    512    512
-    """
-    if block is not None:
-        return block if 0 < block < length else 0
-    if length < BLOCKED_MIN_LENGTH:
-        return 0
-    return min(512, 1 << (length // 4).bit_length() - 1)  # the largest power of two <= T/4
+def attention_block_size(length: int, block: int | None = None, *, spec: Any = None) -> int:
+    """The query/key block `hidden` uses at row length T = `length` (0 = the dense path): the
+    rule of `spec`'s attention backend (default: the reference's,
+    `attention_backend.XlaAttention.block_size`)."""
+    backend = spec.attention if spec is not None else XLA
+    return backend.block_size(length, block)
 
 
 def hidden(
@@ -180,16 +140,18 @@ def hidden(
 ) -> Float["B T D"]:
     """Final-normed hidden states of packed rows (mask rule in `attention.py`).
 
-    Rows of T >= BLOCKED_MIN_LENGTH attend block by block (`attention.blocked_attend`), shorter
-    ones through the dense [B, H, T, T] scores (`attention_block_size`). `attention_block`
-    overrides the choice: 0 = always dense, Q > 0 = blocks of Q rows whenever T > Q.
+    Long rows attend block by block through the spec's attention backend (`spec.attention.packed`:
+    XLA's block loops, or a platform's kernel), short ones through the dense [B, H, T, T] scores;
+    the backend's `block_size` draws the line. `attention_block` overrides the choice: 0 = always
+    dense, Q > 0 = blocks of Q rows whenever T > Q.
     """
     dtype = jnp.dtype(spec.compute_dtype)
     t = tokens.shape[1]
     x = embed(spec, params, tokens, positions)
     windowed = any(spec.sliding_window)
     dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
-    block = attention_block_size(t, attention_block)
+    backend = spec.attention
+    block = backend.block_size(t, attention_block)
     blocked = block > 0
     base = None if blocked else attn.packed_mask(segment, parent)  # [B, T, T]
 
@@ -200,9 +162,9 @@ def hidden(
 
         def attend_fn(q, k, v):
             if blocked:
-                out = attn.blocked_attend(
-                    q, k, v, segment, parent, positions,
-                    window=window, scale=consts["scale"], softcap=spec.attn_softcap, block=block,
+                out = backend.packed(
+                    q, k, v, segment, parent, positions, window=window, scale=consts["scale"],
+                    softcap=spec.attn_softcap, block=block, init=None,
                 )  # fmt: skip
                 return out, None
             allowed = base
@@ -225,7 +187,8 @@ def _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, inde
     dtype = jnp.dtype(spec.compute_dtype)
     windowed = any(spec.sliding_window)
     dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
-    new_block = attention_block_size(positions.shape[1])  # a long prefill: blocked, as `hidden`
+    backend = spec.attention
+    new_block = backend.block_size(positions.shape[1])  # a long prefill: blocked, as `hidden`
 
     def body(x, xs):
         p, consts, layer = xs
@@ -235,8 +198,8 @@ def _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, inde
             out = attn.cache_attend(
                 q, cache.k, cache.v, layer, slot_valid, slot_pos, positions, index, k, v,
                 window=consts["window"] if windowed else None,
-                scale=consts["scale"], softcap=spec.attn_softcap, block=CACHE_BLOCK,
-                new_block=new_block, new_valid=new_valid,
+                scale=consts["scale"], softcap=spec.attn_softcap, block=backend.cache_block,
+                new_block=new_block, new_valid=new_valid, backend=backend,
             )  # fmt: skip
             return out, (k.astype(cache.k.dtype), v.astype(cache.v.dtype))
 

@@ -29,6 +29,7 @@ from jax.sharding import Mesh
 from jaxeval.errors import JaxevalError
 from jaxeval.mesh import single_device_mesh
 from jaxeval.models import gguf
+from jaxeval.models.attention_backend import select_attention
 from jaxeval.models.checkpoint import CheckpointReader
 from jaxeval.models.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
 from jaxeval.models.gguf_file import GGUFFile
@@ -240,13 +241,16 @@ def load_model(
     revision: str | None = None,
     trust_remote_code: bool = False,
     gguf_file: str | None = None,
+    attention: str | None = "xla",
 ) -> LoadedModel:
     """Loads a supported HF checkpoint (safetensors, or a GGUF file) onto `mesh` (one device when None).
 
     `dtype` is the storage dtype of the params (float32, bfloat16, float16 or 'auto' = the
     checkpoint's), `compute_dtype` the activations' dtype (defaults to `dtype`). `gguf_file` names a
     GGUF file inside the `pretrained` directory (lm-eval's HF argument); `pretrained` may also be
-    the path of a `.gguf` file.
+    the path of a `.gguf` file. `attention` chooses the spec's attention backend for `mesh`
+    (`attention_backend.select_attention`: "auto", "cpu", or "xla", the reference, by default;
+    None reads `JAXEVAL_ATTENTION`); `JaxLM` chooses its own for the model it runs.
     """
     path, raw, hf_config, reader, gguf_path = _open_checkpoint(
         pretrained, gguf_file, revision, trust_remote_code
@@ -256,8 +260,9 @@ def load_model(
     compute = _dtype_name(compute_dtype, raw, what="compute_dtype") if compute_dtype else storage
 
     family = FAMILIES[model_type]
-    spec = family.build(hf_config, compute)
     mesh = single_device_mesh() if mesh is None else mesh
+    backend = select_attention(mesh, attention)
+    spec = dataclasses.replace(family.build(hf_config, compute), attention=backend)
 
     layout = param_layout(spec)
     sources = _resolve_keys(reader, family, family.weights(spec), spec, path)

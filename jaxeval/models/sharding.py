@@ -18,7 +18,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxeval.mesh import rows_axis
-from jaxeval.models.decoder import KVCache
+from jaxeval.models.contract import KVCache
 from jaxeval.models.params import is_info, param_layout
 
 LOGICAL_AXIS_RULES: dict[str, str | None] = {

@@ -24,7 +24,8 @@ import jax
 
 from jaxeval.models import decoder
 from jaxeval.models import params as params_lib
-from jaxeval.models.decoder import KVCache
+from jaxeval.models.attention_backend import XLA, XlaAttention
+from jaxeval.models.contract import KVCache
 from jaxeval.models.layers import ACTIVATIONS, MLP_KINDS, NORM_KINDS
 from jaxeval.models.rope import DynamicRope, LayerRope
 
@@ -67,6 +68,9 @@ class ModelSpec:
     final_softcap: float | None = None
     embed_scale: float | None = None  # Gemma: sqrt(D)
     compute_dtype: str = "float32"
+    # how attention runs (`jaxeval.models.attention_backend`): XLA's loops unless the model was
+    # given a platform's backend for its mesh (`JaxLM` does, with `select_attention`)
+    attention: XlaAttention = XLA
 
     def __post_init__(self):
         L = self.num_layers

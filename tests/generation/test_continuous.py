@@ -129,7 +129,7 @@ def test_shared_prefix_kv_equals_recomputation():
     from jaxeval.kernels.continuous import prefill_prefix
 
     from jaxeval.lm.encoding import Encoder
-    from jaxeval.models.decoder import SLOT_AXES
+    from jaxeval.models.contract import SLOT_AXES
 
     model, tok = llama()
     spec, params = model.spec, model.params
@@ -290,7 +290,7 @@ def test_compile_count_bounded_by_buckets():
     for order in (requests[::-1], requests[1::2] + requests[::2], requests):
         gen.generate_tokens(order)
     assert gen.compile_count == count  # same engine shape: every order reuses the executables
-    keys = set(gen._compiled)
+    keys = set(gen.executables.keys())
     engines = {k[1:4] for k in keys if k[0] == "decode"}
     inits = {k for k in keys if k[0] == "init"}
     shrinks = {k for k in keys if k[0] == "shrink"}

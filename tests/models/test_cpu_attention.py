@@ -1,36 +1,46 @@
-"""The fused CPU decode-attention kernel (`jaxeval/models/cpu_attention.cc`) against XLA's block loop.
+"""The `cpu` attention backend (`jaxeval/models/cpu_attention.cc`) against the `xla` reference.
 
-- `cache_attend` for one-token steps gives the same output with the kernel (JAXEVAL_CPU_ATTENTION=on)
-  as with XLA's loop (off) within float32 tolerance, over head groupings (M = 1..5 query heads per
+- `cache_attend` for one-token steps gives the same output with the kernel (backend `cpu`)
+  as with XLA's loop (`xla`) within float32 tolerance, over head groupings (M = 1..5 query heads per
   kv head: one, two and three register groups), head sizes that are and are not multiples of 16,
   slot counts that are not multiples of 8, per-row bounds of 0, some and all slots, invalid slots,
   sliding windows and soft caps;
 - a generation run (continuous batching, greedy and sampled; llama and gemma2, whose windows and
   soft caps go through the kernel) gives identical tokens with and without the kernel;
-- the mode rules: `auto` stays off on several devices, a bad value is a clear error.
+- the choice (`select_attention`): `auto` takes `cpu` on a one-device CPU mesh only, the setting
+  beats `JAXEVAL_ATTENTION`, which beats the older `JAXEVAL_CPU_ATTENTION`; a bad value is a clear
+  error; the backend is a field of the static spec, so both programs come from one process with no
+  cache cleared.
 
 Skipped (not failed) only where no C++ compiler exists: `auto` then falls back to XLA by design.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import Mesh
 
 from jaxeval.errors import JaxevalError
 from jaxeval.models import attention, cpu_attention
+from jaxeval.models.attention_backend import CPU, XLA, select_attention
+
+BACKENDS = {"on": CPU, "off": XLA}
 
 pytestmark = pytest.mark.skipif(cpu_attention.compiler() is None, reason="no C++ compiler")
 
 
-def _attend(mode, monkeypatch, q, kc, vc, layer, valid, spos, index, kn, vn, **kw):
-    monkeypatch.setenv(cpu_attention.ENV, mode)
-    jax.clear_caches()
-    fn = jax.jit(lambda *a: attention.cache_attend(*a, scale=jnp.float32(0.3), block=16, **kw))
+def _attend(mode, q, kc, vc, layer, valid, spos, index, kn, vn, **kw):
+    backend = BACKENDS[mode]
+    fn = jax.jit(
+        lambda *a: attention.cache_attend(
+            *a, scale=jnp.float32(0.3), block=16, backend=backend, **kw
+        )
+    )
     return np.asarray(fn(q, kc, vc, layer, valid, spos, index[:, None], index, kn, vn))
 
 
@@ -45,7 +55,7 @@ def _attend(mode, monkeypatch, q, kc, vc, layer, valid, spos, index, kn, vn, **k
         (5, 32, 131, 50, 20.0),
     ],
 )
-def test_kernel_equals_xla_loop(monkeypatch, x, e, c, window, softcap):
+def test_kernel_equals_xla_loop(x, e, c, window, softcap):
     rng = np.random.default_rng(x * 1000 + e + c)
     layers, rows, g = 3, 5, 2
     q = rng.standard_normal((rows, 1, g * x, e)).astype(np.float32)
@@ -59,8 +69,8 @@ def test_kernel_equals_xla_loop(monkeypatch, x, e, c, window, softcap):
     spos = np.broadcast_to(np.arange(c, dtype=np.int32), (rows, c)).copy()
     args = (q, kc, vc, jnp.int32(layers - 1), valid, spos, index, kn, vn)
     kw = {"window": None if window is None else jnp.int32(window), "softcap": softcap}
-    fused = _attend("on", monkeypatch, *args, **kw)
-    loop = _attend("off", monkeypatch, *args, **kw)
+    fused = _attend("on", *args, **kw)
+    loop = _attend("off", *args, **kw)
     assert fused.shape == loop.shape == (rows, 1, g * x, e)
     np.testing.assert_allclose(fused, loop, atol=1e-5, rtol=1e-5)
 
@@ -94,7 +104,7 @@ def _packed_row(rng, t):
         (200, 5, 32, 64, 17, 20.0, False),  # 5 heads: 80 rows a task, score groups 6 + 2
     ],
 )
-def test_packed_kernel_equals_xla_blocks(monkeypatch, t, x, e, block, window, softcap, with_init):
+def test_packed_kernel_equals_xla_blocks(t, x, e, block, window, softcap, with_init):
     """`blocked_attend` (scoring's packed rows, a prefill's own keys after its cache): the fused
     kernel gives XLA's block loop within float32 tolerance on every query that sees a key."""
     rng = np.random.default_rng(t * 100 + x * 10 + e)
@@ -115,13 +125,8 @@ def test_packed_kernel_equals_xla_blocks(monkeypatch, t, x, e, block, window, so
     kw = {"window": None if window is None else jnp.int32(window), "softcap": softcap}
 
     def run(mode):
-        monkeypatch.setenv(cpu_attention.ENV, mode)
-        jax.clear_caches()
-        fn = jax.jit(
-            lambda *a: attention.blocked_attend(
-                *a, scale=jnp.float32(0.2), block=block, init=init, **kw
-            )
-        )
+        packed = BACKENDS[mode].packed
+        fn = jax.jit(lambda *a: packed(*a, scale=jnp.float32(0.2), block=block, init=init, **kw))
         program = fn.lower(q, k, v, seg, par, pos).as_text()
         assert (cpu_attention.PACKED_TARGET in program) == (mode == "on")
         return np.asarray(fn(q, k, v, seg, par, pos))
@@ -133,8 +138,9 @@ def test_packed_kernel_equals_xla_blocks(monkeypatch, t, x, e, block, window, so
     assert np.isfinite(fused).all()
 
 
-def test_kernel_is_in_the_program_only_when_on(monkeypatch):
-    """`on` puts the custom call in the decode step's program, `off` and multi-device `auto` do not."""
+def test_kernel_is_in_the_program_only_with_the_cpu_backend():
+    """`cpu` puts the custom call in the decode step's program, `xla` does not; one process, no
+    cache cleared between the two (the backend is a static argument, not a trace-time switch)."""
     rng = np.random.default_rng(0)
     q = rng.standard_normal((2, 1, 3, 8)).astype(np.float32)
     kc = rng.standard_normal((1, 2, 1, 8, 16)).astype(np.float32)
@@ -143,30 +149,67 @@ def test_kernel_is_in_the_program_only_when_on(monkeypatch):
     index = np.array([4, 9], np.int32)
     new = q[:, :, :1]
 
-    def program(mode):
-        monkeypatch.setenv(cpu_attention.ENV, mode)
-        jax.clear_caches()
-        fn = jax.jit(
-            lambda *a: attention.cache_attend(
-                *a, window=None, scale=jnp.float32(1.0), softcap=None, block=8
-            )
+    def attend(backend, *a):
+        return attention.cache_attend(
+            *a, window=None, scale=jnp.float32(1.0), softcap=None, block=8, backend=backend
         )
-        return fn.lower(*args, index[:, None], index, new, new).as_text()
 
-    assert cpu_attention.TARGET in program("on")
-    assert cpu_attention.TARGET not in program("off")
-    assert len(jax.devices()) > 1  # the suite's 8 host devices: auto leaves sharded steps to XLA
-    assert cpu_attention.TARGET not in program("auto")
+    step = jax.jit(attend, static_argnums=0)
+
+    def program(backend):
+        return step.lower(backend, *args, index[:, None], index, new, new).as_text()
+
+    assert cpu_attention.TARGET in program(CPU)
+    assert cpu_attention.TARGET not in program(XLA)
+    assert cpu_attention.TARGET in program(CPU)  # and back: nothing stale was reused
 
 
-def test_bad_mode_is_a_clear_error(monkeypatch):
+def test_spec_backend_is_in_the_jit_key():
+    """Two specs differing only in their backend compile two programs: scoring's packed rows go
+    through the custom call with `cpu`, through XLA's blocks with `xla`."""
+    from transformers import AutoConfig
+
+    from jaxeval.models.families import spec_from_config
+    from tests.helpers.tiny_models import tiny_checkpoint
+
+    spec = spec_from_config(AutoConfig.from_pretrained(tiny_checkpoint("llama")))
+    params = spec.abstract_params()
+    rows = jax.ShapeDtypeStruct((1, 256), np.int32)
+    hidden = jax.jit(lambda spec, p, t: spec.hidden(p, t, t, t, t), static_argnums=0)
+    on = hidden.lower(dataclasses.replace(spec, attention=CPU), params, rows).as_text()
+    off = hidden.lower(dataclasses.replace(spec, attention=XLA), params, rows).as_text()
+    assert cpu_attention.PACKED_TARGET in on and cpu_attention.PACKED_TARGET not in off
+
+
+def test_select_attention_rules(monkeypatch):
+    for name in ("JAXEVAL_ATTENTION", cpu_attention.ENV):
+        monkeypatch.delenv(name, raising=False)
+    one = Mesh(np.array(jax.devices()[:1]), ("data",))
+    assert len(jax.devices()) > 1  # the suite's 8 host devices
+    many = Mesh(np.array(jax.devices()), ("data",))
+    assert select_attention(one) is CPU  # auto: one CPU device
+    assert select_attention(many) is XLA  # a sharded step would gather the kernel's operands
+    assert select_attention(one, "xla") is XLA
+    assert select_attention(many, "cpu") is CPU  # asked for: XLA gathers, results the same
+    monkeypatch.setenv(cpu_attention.ENV, "off")  # the older switch
+    assert select_attention(one) is XLA
+    monkeypatch.setenv("JAXEVAL_ATTENTION", "cpu")  # the newer one wins
+    assert select_attention(one) is CPU
+    assert select_attention(one, "xla") is XLA  # and the argument beats both
+
+
+def test_bad_setting_is_a_clear_error(monkeypatch):
+    one = Mesh(np.array(jax.devices()[:1]), ("data",))
+    with pytest.raises(JaxevalError, match="attention='fast' is not one of auto, xla, cpu"):
+        select_attention(one, "fast")
+    monkeypatch.delenv("JAXEVAL_ATTENTION", raising=False)
     monkeypatch.setenv(cpu_attention.ENV, "fast")
     with pytest.raises(JaxevalError, match="JAXEVAL_CPU_ATTENTION='fast'"):
-        cpu_attention.enabled()
+        select_attention(one)
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma2"])
-def test_generation_tokens_identical_with_kernel(monkeypatch, family):
+def test_generation_tokens_identical_with_kernel(family):
     from transformers import AutoTokenizer
 
     from jaxeval.lm.generation import Generator
@@ -185,12 +228,11 @@ def test_generation_tokens_identical_with_kernel(monkeypatch, family):
     ]
 
     def tokens(mode):
-        monkeypatch.setenv(cpu_attention.ENV, mode)
-        jax.clear_caches()
-        gen = Generator(model=model, tokenizer=tok, max_length=128, batch_size=2, refill_rows=1)
+        spec = dataclasses.replace(model.spec, attention=BACKENDS[mode])
+        loaded = dataclasses.replace(model, spec=spec)
+        gen = Generator(model=loaded, tokenizer=tok, max_length=128, batch_size=2, refill_rows=1)
         return gen.generate_tokens(requests)
 
     on = tokens("on")
     assert on == tokens("off")
     assert any(len(t) > 1 for t in on)
-    assert os.environ[cpu_attention.ENV] == "off"
