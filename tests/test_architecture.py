@@ -1,4 +1,5 @@
-"""The package's shape: no import cycles, lazy imports only for start-up, one home per rule.
+"""The package's shape: imports down the layers, no cycles, lazy imports only for start-up, one home
+per rule.
 
 The import graph counts every `import` of a jaxeval module, inside functions too (an import moved
 into a function to dodge a cycle is still a cycle), except under `if TYPE_CHECKING:`. Importing
@@ -136,6 +137,136 @@ def test_no_import_cycles():
     assert len(modules) > 80
     found = cycles(import_graph(modules))
     assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+# docs/architecture.md's Layers table. Each layer: its modules, and what they may import besides
+# their own layer (layers by name, or modules). `jaxeval.api.*` is the package and everything in
+# it; a name without `.*` is that one module. Modules the table does not list are placed by use:
+# the package root (the public API, resolved lazily), and the CLI's and demo's helpers.
+FOUNDATIONS = (
+    "jaxeval.mesh",
+    "jaxeval.distributed",
+    "jaxeval.shapes",
+    "jaxeval.paths",
+    "jaxeval.registry",
+    "jaxeval.errors",
+    "jaxeval.compile_cache",
+)
+BELOW_EVALUATOR = (
+    "response cache",
+    "model adapter",
+    "kernels",
+    "models",
+    "task engine",
+    "metrics, filters",
+    "foundations",
+)
+LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "entry points": (
+        ("jaxeval", "jaxeval.__main__", "jaxeval.cli", "jaxeval.demo", "jaxeval.startup")
+        + ("jaxeval.memory_plan", "jaxeval.fetch", "jaxeval.tiny"),
+        ("evaluator", *BELOW_EVALUATOR),
+    ),
+    "evaluator": (
+        ("jaxeval.evaluator", "jaxeval.preflight", "jaxeval.results", "jaxeval.output")
+        + ("jaxeval.run_info",),
+        BELOW_EVALUATOR,
+    ),
+    "response cache": (("jaxeval.cache",), ("jaxeval.distributed", "jaxeval.api.instance")),
+    "model adapter": (
+        ("jaxeval.lm.*", "jaxeval.inmemory.*"),
+        ("kernels", "models", "response cache", "foundations", "jaxeval.api.instance"),
+    ),
+    "kernels": (
+        ("jaxeval.kernels.*",),
+        ("jaxeval.models.contract", "jaxeval.mesh", "jaxeval.shapes"),
+    ),
+    "models": (("jaxeval.models.*",), ("foundations",)),
+    "task engine": (("jaxeval.api.*",), ("metrics, filters", "foundations")),
+    "metrics, filters": (("jaxeval.metrics.*", "jaxeval.filters.*"), ("jaxeval.registry",)),
+    "foundations": (FOUNDATIONS, ()),
+}
+# Any layer may import errors (`JaxevalError` is raised everywhere).
+ANYWHERE = ("jaxeval.errors",)
+
+
+def _matches(module: str, pattern: str) -> bool:
+    if pattern.endswith(".*"):
+        return module == pattern[:-2] or module.startswith(pattern[:-1])
+    return module == pattern
+
+
+def layer_of(module: str) -> list[str]:
+    """The layers whose modules include `module` (exactly one, for a module that is placed)."""
+    return [layer for layer, (mine, _) in LAYERS.items() if any(_matches(module, p) for p in mine)]
+
+
+def may_import(layer: str, module: str) -> bool:
+    mine, allowed = LAYERS[layer]
+    for entry in (*mine, *allowed, *ANYWHERE):
+        patterns = LAYERS[entry][0] if entry in LAYERS else (entry,)
+        if any(_matches(module, p) for p in patterns):
+            return True
+    return False
+
+
+def layer_violations(imports: dict[str, list[tuple[str, int, str]]]) -> list[str]:
+    """`where: importer (layer) imports target (layer)` for each import that points up or sideways,
+    from `{importer: [(file, line, target), ...]}`."""
+    out = []
+    for name, edges in sorted(imports.items()):
+        (layer,) = layer_of(name)
+        for where, line, target in edges:
+            if not may_import(layer, target):
+                theirs = ", ".join(layer_of(target)) or "no layer"
+                message = f"{where}:{line}: {name} ({layer}) imports {target} ({theirs})"
+                if message not in out:  # `from a import x, y` names module a twice
+                    out.append(message)
+    return out
+
+
+def test_layer_rule_flags_an_upward_import():
+    fake = {
+        "jaxeval.api.fake": [
+            ("api/fake.py", 3, "jaxeval.metrics"),
+            ("api/fake.py", 9, "jaxeval.lm.x"),
+        ],
+        "jaxeval.kernels.fake": [
+            ("kernels/fake.py", 1, "jaxeval.models.contract"),
+            ("kernels/fake.py", 2, "jaxeval.models.decoder"),
+        ],
+        "jaxeval.mesh": [("mesh.py", 5, "jaxeval.errors")],
+    }
+    assert layer_violations(fake) == [
+        "api/fake.py:9: jaxeval.api.fake (task engine) imports jaxeval.lm.x (model adapter)",
+        "kernels/fake.py:2: jaxeval.kernels.fake (kernels) imports jaxeval.models.decoder (models)",
+    ]
+
+
+def test_every_module_has_one_layer():
+    misplaced = {m: layer_of(m) for m in _modules() if len(layer_of(m)) != 1}
+    assert not misplaced, (
+        f"place these in LAYERS and docs/architecture.md's Layers table: {misplaced}"
+    )
+
+
+def test_imports_point_down_the_layers():
+    """Imports follow docs/architecture.md's Layers table: the task engine, metrics and filters
+    never import the model side (lm, inmemory, kernels, models), kernels import only the model
+    contract, mesh and shapes, models never import lm, api or the evaluator, foundations import
+    only each other. Imports inside functions count; the package `__init__` an import also runs
+    does not (the cycle test sees those), nor do imports under `if TYPE_CHECKING:`."""
+    modules = _modules()
+    imports = {
+        name: [
+            (str(path.relative_to(REPO)), line, target)
+            for line, target, _ in _imports(name, path, modules)
+        ]
+        for name, path in modules.items()
+        if len(layer_of(name)) == 1
+    }
+    bad = layer_violations(imports)
+    assert not bad, "imports against docs/architecture.md's layers:\n" + "\n".join(bad)
 
 
 def test_imports_inside_functions_say_why():

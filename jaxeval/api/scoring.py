@@ -5,10 +5,10 @@ Output types dispatch through `OUTPUT_SCORERS` (a table, not an if/elif ladder):
     multiple_choice, results [(-4.1, False), (-2.0, False), (-3.3, False)], gold 1, choices ["a","bb","c"]
     -> {"acc": 1.0, "acc_norm": 1.0}   (acc_norm divides by each choice's length in characters)
 
-Scoring only returns values: it reads the task (targets, choices, its `MetricTable`) and never writes
-to it. A metric that returns a dict (`{"rouge1": .., "rouge2": ..}`) yields sub-metrics; the
-`MetricValues` returned name each one's parent metric in `.derived`, and the results side gives them
-the parent's aggregation and direction (`MetricTable.with_derived`).
+Scoring only returns values: it reads the task through `ScoredTask` (its config, targets, choices
+and `MetricTable`) and never writes to it. A metric that returns a dict (`{"rouge1": .., "rouge2":
+..}`) yields sub-metrics; the `MetricValues` returned name each one's parent metric in `.derived`,
+and the results side gives them the parent's aggregation and direction (`MetricTable.with_derived`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -26,9 +26,6 @@ from jaxeval.errors import JaxevalError
 from jaxeval.filters import build_filter_ensemble
 from jaxeval.metrics import AGGREGATIONS, DEFAULT_METRICS, METRICS
 from jaxeval.metrics.hf_evaluate import HF_EVALUATE, missing_message
-
-if TYPE_CHECKING:
-    from jaxeval.api.task import Task
 
 log = logging.getLogger(__name__)
 _NOT_METRIC_KWARGS = ("metric", "aggregation", "higher_is_better", "hf_evaluate")
@@ -51,6 +48,29 @@ class MetricTable:
             aggs.setdefault(sub, self.aggregations.get(parent))
             hib.setdefault(sub, self.higher_is_better.get(parent))
         return dataclasses.replace(self, aggregations=aggs, higher_is_better=hib)
+
+
+@runtime_checkable
+class ScoredTask(Protocol):
+    """What the scorers read of a task (`jaxeval.api.task.Task` is one): its config, its metric
+    table, whether targets are lists, and its target/choice/gold accessors. Read-only."""
+
+    @property
+    def config(self) -> TaskConfig: ...
+
+    @property
+    def metric_table(self) -> MetricTable: ...
+
+    @property
+    def multiple_target(self) -> int: ...
+
+    def doc_to_target(self, doc: dict, *, doc_index: int | None = None) -> Any: ...
+
+    def doc_to_choice(self, doc: dict, *, doc_index: int | None = None) -> list[str]: ...
+
+    def gold_index(
+        self, doc: dict, choices: list[str], doc_index: int | None = None
+    ) -> int | list[int]: ...
 
 
 class MetricValues(dict):
@@ -184,17 +204,17 @@ def _softmax(x: Any) -> np.ndarray:
     return e / e.sum()
 
 
-def score_loglikelihood(task: Task, doc: dict, results: list, doc_index: int | None) -> dict:
+def score_loglikelihood(task: ScoredTask, doc: dict, results: list, doc_index: int | None) -> dict:
     ll, is_greedy = results[0]
     out: dict[str, Any] = {}
-    if "perplexity" in task.metrics:
+    if "perplexity" in task.metric_table.fns:
         out["perplexity"] = ll
-    if "acc" in task.metrics:
+    if "acc" in task.metric_table.fns:
         out["acc"] = int(is_greedy)
     return out
 
 
-def score_rolling(task: Task, doc: dict, results: list, doc_index: int | None) -> dict:
+def score_rolling(task: ScoredTask, doc: dict, results: list, doc_index: int | None) -> dict:
     (ll,) = results
     target = task.doc_to_target(doc, doc_index=doc_index)
     words, nbytes = count_words(target), count_bytes(target)
@@ -203,15 +223,17 @@ def score_rolling(task: Task, doc: dict, results: list, doc_index: int | None) -
         "byte_perplexity": (ll, nbytes),
         "bits_per_byte": (ll, nbytes),
     }
-    return {k: v for k, v in pairs.items() if k in task.metrics}
+    return {k: v for k, v in pairs.items() if k in task.metric_table.fns}
 
 
-def score_multiple_choice(task: Task, doc: dict, results: list, doc_index: int | None) -> dict:
+def score_multiple_choice(
+    task: ScoredTask, doc: dict, results: list, doc_index: int | None
+) -> dict:
     lls, is_greedy = zip(*results)
     choices = task.doc_to_choice(doc, doc_index=doc_index)
     completion_len = np.array([float(len(c)) for c in choices])
     byte_len = np.array([float(len(c.encode("utf-8"))) for c in choices])
-    use = task.metrics
+    use = task.metric_table.fns
     if 2 * len(choices) == len(lls) and "acc_mutual_info" in use:
         lls_uncond, lls = lls[len(choices) :], lls[: len(choices)]
     pred = np.argmax(lls)
@@ -244,7 +266,9 @@ def score_multiple_choice(task: Task, doc: dict, results: list, doc_index: int |
     return out
 
 
-def score_generation(task: Task, doc: dict, results: list, doc_index: int | None) -> MetricValues:
+def score_generation(
+    task: ScoredTask, doc: dict, results: list, doc_index: int | None
+) -> MetricValues:
     gold = task.doc_to_target(doc, doc_index=doc_index)
     result = results[0]
     if task.config.doc_to_choice is not None:
@@ -252,12 +276,12 @@ def score_generation(task: Task, doc: dict, results: list, doc_index: int | None
     elif task.multiple_target:
         gold = list(gold)
     elif type(gold) is not type(result) and not (
-        "bypass" in task.metrics or isinstance(result, list)
+        "bypass" in task.metric_table.fns or isinstance(result, list)
     ):
         gold = type(result)(gold)
-    out = MetricValues()
-    for metric, fn in task.metrics.items():
-        kwargs = task.metric_kwargs[metric]
+    out, table = MetricValues(), task.metric_table
+    for metric, fn in table.fns.items():
+        kwargs = table.kwargs[metric]
         if task.multiple_target:
             golds = gold if isinstance(gold, list) else [gold]
             if metric == "exact_match":
