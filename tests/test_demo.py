@@ -10,6 +10,7 @@ import pytest
 from jaxeval.errors import JaxevalError
 
 
+@pytest.mark.slow
 def test_offline_demo_falls_back_to_the_labelled_tiny_model(tmp_path, monkeypatch, capsys):
     import jaxeval.fetch
     from jaxeval import demo

@@ -44,6 +44,7 @@ def _probe(path: str, **env: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_command_loads_config_and_tokenizer_without_torch():
     path = tiny_checkpoint("llama")
     quick = _probe(path, JAXEVAL_TRANSFORMERS_TORCH="0")

@@ -14,7 +14,7 @@ import pytest
 
 from tests.api import fake_lm
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 LM_EVAL_TASKS = None
 
 

@@ -226,6 +226,7 @@ def test_missing_tokenizer_is_not_a_sentencepiece_hint(tmp_path, tiny_ckpt, caps
     assert "field 'tokenizer'" in err and "sentencepiece" not in err
 
 
+@pytest.mark.slow
 def test_token_ids_outside_the_vocabulary_fail_before_any_compute(tiny_ckpt):
     from jaxeval.lm.jax_lm import JaxLM
 

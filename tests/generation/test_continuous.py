@@ -19,6 +19,8 @@ import types
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow
+
 WORDS = "the quick brown fox jumps over a lazy dog while seven cats watch from the old wall".split()
 PREFIX = "Answer each question. " + " ".join(WORDS * 3) + "\n"
 SAMPLED = {"do_sample": True, "temperature": 1.3, "top_k": 40, "top_p": 0.95}

@@ -22,6 +22,8 @@ from tests.generation.conftest import (
     spanning_stop,
 )
 
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
+
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2", "gpt_neox")
 
 

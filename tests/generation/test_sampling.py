@@ -7,6 +7,8 @@ import functools
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 PROMPTS = (
     "The quick brown fox",
     "Question: What is the capital of France?\nAnswer:",

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from examples import train_and_evaluate
+
+pytestmark = pytest.mark.slow
 
 
 def test_train_and_evaluate_short(tmp_path, capsys):

@@ -8,6 +8,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow
+
 nbclient = pytest.importorskip(
     "nbclient", reason="nbclient is a test extra (pip install -e .[test])"
 )

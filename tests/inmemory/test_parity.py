@@ -21,6 +21,8 @@ from jaxeval.lm.jax_lm import JaxLM
 from tests.inmemory.conftest import MAX_LENGTH
 from tests.lm import workloads
 
+pytestmark = pytest.mark.slow
+
 TOL = 1e-4
 
 

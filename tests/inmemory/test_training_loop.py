@@ -42,6 +42,7 @@ def lm(nnx_model, tokenizer):
     )
 
 
+@pytest.mark.slow
 def test_second_evaluation_compiles_nothing(lm, nnx_model):
     from flax import nnx
 

@@ -79,6 +79,7 @@ def toy(request):
 @pytest.mark.parametrize(
     "packing,shared", [(True, True), (True, False), (False, True), (False, False)]
 )
+@pytest.mark.slow
 def test_score_matches_unpacked_reference(toy, packing, shared):
     model, params = toy
     rng = np.random.default_rng(1)

@@ -14,6 +14,8 @@ from jaxeval.models import load_model
 from tests.helpers.tiny_models import tiny_checkpoint
 from tests.lm.conftest import MAX_LENGTH, our_instances
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def loaded():

@@ -24,6 +24,8 @@ from jaxeval.models import load_model
 from tests.helpers.tiny_models import tiny_checkpoint
 from tests.lm.conftest import MAX_LENGTH, our_instances
 
+pytestmark = pytest.mark.slow
+
 VARIANTS = {
     "budget_4096": dict(token_budget=4096),
     "buckets_32_64_128": dict(buckets=[32, 64, 128]),

@@ -90,6 +90,7 @@ def test_properties_match_hflm(llama):
     assert info["model_type"] == "llama" and info["model_num_parameters"] > 0
 
 
+@pytest.mark.slow
 def test_generate_until_answers_every_request_and_batch_size_does_not_matter(llama):
     _, loaded = llama
     reqs = [

@@ -22,7 +22,7 @@ from tests.lm.conftest import (
     our_instances,
 )
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 TABLE: dict[str, dict] = {}
 
 

@@ -57,6 +57,7 @@ class _CountingStore(ResponseStore):
         super().put(rows)
 
 
+@pytest.mark.slow
 def test_answers_are_committed_batch_by_batch(tmp_path, ckpt):
     from jaxeval.lm.jax_lm import JaxLM
 
@@ -105,6 +106,7 @@ class _DyingStore(ResponseStore):
         super().put(rows)
 
 
+@pytest.mark.slow
 def test_interrupted_call_resumes_with_the_same_answers(tmp_path, ckpt):
     from jaxeval.lm.jax_lm import JaxLM
 

@@ -150,6 +150,7 @@ def test_block_visibility_is_conservative(window):
         (36, 20, 7, 12),
     ],
 )
+@pytest.mark.slow
 def test_cache_attend_equals_dense(t, index, window, new_block):
     """Prefill (T > 1 at index 0), decode (T = 1), a suffix after cached slots; C = 80 is not a
     multiple of the cache block 32; `new_block` > 0 attends over the call's own keys blocked."""
@@ -210,6 +211,7 @@ def test_cache_attend_equals_dense(t, index, window, new_block):
 
 
 @pytest.mark.parametrize("family", ["gemma2", "qwen3", "gpt2"])
+@pytest.mark.slow
 def test_hidden_blocked_equals_dense_on_tiny_models(models, family):
     """The whole body: packed rows with shared-context children, blocked (Q = 16) vs dense."""
     loaded, _ = models(family)

@@ -209,6 +209,7 @@ def test_bad_setting_is_a_clear_error(monkeypatch):
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma2"])
+@pytest.mark.slow
 def test_generation_tokens_identical_with_kernel(family):
     from transformers import AutoTokenizer
 

@@ -9,6 +9,8 @@ import pytest
 from tests.helpers.tiny_models import FAMILIES
 from tests.models.common import greedy_generate, torch_generate
 
+pytestmark = pytest.mark.slow
+
 NEW_TOKENS = 8
 
 

@@ -129,6 +129,7 @@ def test_public_surface():
 
 
 @pytest.mark.parametrize("family", ["olmo2", "gemma3", "gpt2"])
+@pytest.mark.slow
 def test_init_params_match_the_loaded_layout(models, family):
     loaded, _ = models(family)
     spec = loaded.spec

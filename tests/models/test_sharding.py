@@ -45,6 +45,7 @@ def test_indivisible_dimensions_fall_back_to_replicated(models, tiny):
     assert loaded.params["embed"].sharding.spec[0] == "model"  # 512 rows split 4 ways
 
 
+@pytest.mark.slow
 def test_sharded_cached_decoding_equals_single_device(models):
     """forward_cached with params, cache and batch sharded on data x model gives the same logits."""
     if len(jax.devices()) < 8:

@@ -23,7 +23,7 @@ from tests.tasks.oracle import (
     write_lm_eval_overrides,
 )
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 SUBJECTS = ("anatomy", "abstract_algebra")
 NAMES = [

@@ -43,7 +43,7 @@ from tests.tasks.oracle import (
     write_lm_eval_overrides,
 )
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 LIMIT = 4
 

@@ -17,7 +17,7 @@ from jaxeval.errors import JaxevalError
 from tests.tasks import fake_lm
 from tests.tasks.oracle import assert_same_requests
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 DATA = Path(__file__).parent / "data"
 GENERATIONS = [" Paris", " hydrogen", " the Mediterranean Sea.", " I am not sure", " chemistry"]
 

@@ -18,7 +18,7 @@ from tests.helpers.copy_rows import ROWS
 from tests.tasks.cases import CASES
 from tests.tasks.oracle import lm_eval_tasks_dir, run_jaxeval, run_lm_eval
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 NUM_DOCS = ROWS["drop/validation.jsonl"]
 
 

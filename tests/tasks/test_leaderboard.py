@@ -24,7 +24,7 @@ from tests.tasks.oracle import (
     write_lm_eval_overrides,
 )
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 DATA = Path(__file__).parent / "data"
 
 # Answers that satisfy some IFEval instructions and some MATH golds (the rest fail them).

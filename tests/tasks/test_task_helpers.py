@@ -161,6 +161,7 @@ def test_truthfulqa_mc2_matches_lm_eval():
         assert tq.process_results_mc2(doc, results) == ref.process_results_mc2(doc, results)
 
 
+@pytest.mark.slow
 def test_truthfulqa_gen_matches_lm_eval():
     tq, ref = ours("truthfulqa/utils.py"), theirs("truthfulqa/utils.py")
     docs = rows(Path(__file__).parent / "data/truthful_qa/generation/validation.jsonl")

@@ -19,7 +19,7 @@ from tests.tasks.oracle import (
     run_lm_eval,
 )
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 
 def test_every_case_is_run():
