@@ -94,3 +94,25 @@ def test_built_wheel_has_namespaced_kernels_tasks_and_yaml(tmp_path):
     info = _check(env, str(tmp_path))
     assert info["kernels"].startswith(str(target)) and info["tasks"].startswith(str(target))
     assert info["arc"] and info["mmlu_template"]
+
+
+def test_import_kernels_from_the_repository_root_never_gets_ours():
+    """From the repository's root (on sys.path), `import kernels` is Hugging Face's package when it
+    is installed (transformers 5.25+ imports it) and an ImportError otherwise, never our folder;
+    `jaxeval.kernels` is ours either way."""
+    code = (
+        "import json\n"
+        "try:\n"
+        "    import kernels\n"
+        "    got = kernels.__file__\n"
+        "except ImportError:\n"
+        "    got = None\n"
+        "import jaxeval.kernels\n"
+        "print(json.dumps([got, jaxeval.kernels.__file__, hasattr(jaxeval.kernels, 'score')]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    got, ours, has_score = __import__("json").loads(out.strip().splitlines()[-1])
+    assert has_score and Path(ours).resolve() == REPO / "kernels" / "__init__.py"
+    assert got is None or Path(got).resolve().parent != REPO / "kernels"
