@@ -1,6 +1,12 @@
-"""Test-wide setup: 8 fake CPU devices for sharding tests, offline Hugging Face, test data root."""
+"""Test-wide setup: 8 fake CPU devices for sharding tests, offline Hugging Face, test data root,
+and a cache root of the test session's own (never the user's)."""
 
+import atexit
 import os
+import pathlib
+import shutil
+import sys
+import tempfile
 
 # Must happen before jax is imported anywhere: 8 host devices so sharding tests can build meshes.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -13,15 +19,40 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # its threads can deadlock.
 os.environ.setdefault("LMEVAL_DISABLE_MULTIPROC", "1")
 os.environ.setdefault("DISABLE_MULTIPROC", "1")  # the name lm-eval 0.4.13 metrics.py reads
-# Hermetic: no persistent XLA cache in ~/.cache (tests that need one pass a temporary directory).
+# Hermetic: no persistent XLA cache (tests that need one pass a temporary directory).
 os.environ.setdefault("JAXEVAL_COMPILATION_CACHE", "off")
 
-import pathlib  # noqa: E402
-import sys  # noqa: E402
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _user_cache_home() -> pathlib.Path:
+    """The user's jaxeval cache as `jaxeval.paths.cache_home` finds it (jaxeval not imported yet)."""
+    root = os.environ.get("JAXEVAL_CACHE")
+    if root:
+        return pathlib.Path(root).expanduser().resolve()
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return (pathlib.Path(xdg) / "jaxeval").resolve()
+
+
+# The user's real caches stay untouched: every cache of the session (task index, requests, kernels,
+# compiled executables, models) lives under a temporary root, removed at exit. The real-model
+# tests' file (SmolLM2 GGUF) comes from `JAXEVAL_TEST_MODELS` (`.ci/run` fetches it there:
+# `JAXEVAL_CACHE=$JAXEVAL_TEST_MODELS python -m jaxeval.fetch`; default `<repo>/.test-models`),
+# linked into the session's root, never from the user's cache.
+USER_CACHE = _user_cache_home()
+TEST_MODELS = pathlib.Path(os.environ.get("JAXEVAL_TEST_MODELS") or REPO / ".test-models")
+SESSION_CACHE = pathlib.Path(tempfile.mkdtemp(prefix="jaxeval-test-cache-")).resolve()
+atexit.register(shutil.rmtree, SESSION_CACHE, ignore_errors=True)
+os.environ["JAXEVAL_CACHE"] = str(SESSION_CACHE)
+os.environ.pop("JAXEVAL_CACHE_PATH", None)
+os.environ.pop("JAXEVAL_INDEX_CACHE", None)
+if (TEST_MODELS / "models").is_dir():
+    (SESSION_CACHE / "models").mkdir()
+    for _file in (TEST_MODELS / "models").iterdir():
+        (SESSION_CACHE / "models" / _file.name).symlink_to(_file.resolve())
 
 import pytest  # noqa: E402
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 # The benchmark rows the tests read: the first rows of each file, in the hub layout
 # (`DIR/<repo>/[<config>/]<split>.jsonl`), copied into the repository by tests/helpers/copy_rows.py.
 TEST_DATA = REPO / "tests" / "data"
@@ -30,15 +61,33 @@ TEST_DATA = REPO / "tests" / "data"
 _MISSING_DATA = ("not found", "no such file", "missing data", "../shared")
 
 
-# Files opened while test modules are imported (under tests/data) or at any time beside the
-# repository (../shared and other siblings): both must stay empty (tests/test_hermetic.py, and
-# pytest_sessionfinish below). Recorded by an audit hook, which sees every open() in this process.
+def forbidden_prefixes(repo: pathlib.Path, user_cache: pathlib.Path) -> tuple[str, ...]:
+    """Where tests must never open a file: the user's jaxeval cache, and the repository's
+    siblings (../shared, other projects) other than hidden folders (a home's .cache, .local, ...)
+    and those holding this Python or the temporary directory. A clone inside $HOME passes."""
+    keep = {pathlib.Path(sys.prefix).resolve(), pathlib.Path(tempfile.gettempdir()).resolve()}
+    out = [str(user_cache)]
+    parent = repo.parent
+    if parent != parent.parent:
+        for sibling in sorted(parent.iterdir()):
+            path = sibling.resolve() if not sibling.is_symlink() else sibling.absolute()
+            if sibling.name.startswith(".") or path == repo:
+                continue
+            if any(k == path or path in k.parents for k in keep):
+                continue
+            out.append(str(sibling.absolute()))
+    return tuple(p.rstrip(os.sep) + os.sep for p in out)
+
+
+# Files opened while test modules are imported (under tests/data), or at any time under a
+# forbidden prefix (beside the repository, or in the user's cache): both must stay empty
+# (tests/test_hermetic.py, and pytest_sessionfinish below). Recorded by an audit hook, which sees
+# every open() in this process.
 READ_AT_IMPORT: list[str] = []
 READ_BESIDE_REPO: list[str] = []
 _collecting = [True]
 _DATA_PREFIX = str(TEST_DATA) + os.sep
-_REPO_PREFIX = str(REPO) + os.sep
-_PARENT_PREFIX = str(REPO.parent) + os.sep if REPO.parent != REPO.parent.parent else None
+FORBIDDEN = forbidden_prefixes(REPO, USER_CACHE)
 
 
 def _audit_open(event: str, args: tuple) -> None:
@@ -47,7 +96,7 @@ def _audit_open(event: str, args: tuple) -> None:
     path = os.path.abspath(args[0])
     if _collecting[0] and path.startswith(_DATA_PREFIX):
         READ_AT_IMPORT.append(path)
-    elif _PARENT_PREFIX and path.startswith(_PARENT_PREFIX) and not path.startswith(_REPO_PREFIX):
+    elif path.startswith(FORBIDDEN) or path + os.sep in FORBIDDEN:
         READ_BESIDE_REPO.append(path)
 
 
@@ -67,7 +116,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if READ_BESIDE_REPO:
         sys.stderr.write(
-            f"\ntests read files outside the repository: {sorted(set(READ_BESIDE_REPO))[:5]}; copy"
+            f"\ntests read files outside the repository or in the user's cache: {sorted(set(READ_BESIDE_REPO))[:5]}; copy"
             " the rows they need into tests/data (tests/helpers/copy_rows.py)\n"
         )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -93,7 +142,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         _BESIDE_REPORTED[0] = len(READ_BESIDE_REPO)
         report.outcome = "failed"
         report.longrepr = (
-            f"{item.nodeid} read files outside the repository: {read[:5]}; copy the rows it needs"
+            f"{item.nodeid} read files outside the repository or in the user's cache: {read[:5]}; copy the rows it needs"
             " into tests/data (tests/helpers/copy_rows.py)"
         )
     if report.skipped and isinstance(report.longrepr, tuple):

@@ -1,4 +1,5 @@
-"""The suite stands alone: rows under tests/data only, nothing read while test modules import.
+"""The suite stands alone: rows under tests/data only, nothing read while test modules import,
+caches under the session's own temporary root, the user's cache never opened.
 
 tests/conftest.py records, with an audit hook, every file opened under tests/data while pytest
 collects (imports) the test modules, and every file opened beside the repository (../shared) at any
@@ -8,6 +9,13 @@ time; a skip whose reason mentions missing data is turned into a failure there a
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
 
 from tests import conftest
 from tests.helpers.copy_rows import DATA, ROWS
@@ -30,3 +38,93 @@ def test_every_copied_file_is_in_the_hub_layout_with_its_rows():
             rows = [json.loads(line) for line in f]
         assert len(rows) >= n, (rel, len(rows), n)
     assert sum(p.stat().st_size for p in DATA.rglob("*") if p.is_file()) < 4 * 2**20
+
+
+def test_every_cache_lives_under_the_sessions_own_root():
+    """jaxeval's caches (task index, requests, kernels, compiled executables, models) resolve
+    under the session's temporary root, never under the user's real cache."""
+    from jaxeval import compile_cache, paths
+
+    root = paths.cache_home().resolve()
+    assert root == conftest.SESSION_CACHE
+    assert conftest.USER_CACHE not in root.parents and root != conftest.USER_CACHE
+    for kind in ("xla", "models", "requests", "task_index", "kernels"):
+        assert conftest.SESSION_CACHE in paths.cache_dir(kind).resolve().parents
+    assert conftest.SESSION_CACHE in pathlib.Path(compile_cache.default_dir()).resolve().parents
+    assert str(conftest.USER_CACHE) + os.sep in conftest.FORBIDDEN
+
+
+def _snapshot(root: pathlib.Path) -> list[tuple[str, int, int]]:
+    """Every file under `root` with its size and modification time (empty when absent)."""
+    if not root.exists():
+        return []
+    return sorted(
+        (str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    )
+
+
+_NOT_SOURCE = {
+    ".git",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".test-models",
+}
+
+
+def _repository_files() -> list[str]:
+    """The clone's files: git's list (tracked and not ignored) in a checkout, else every file but
+    virtual environments, caches and build outputs (CI's copy of the tree has no .git)."""
+    if (conftest.REPO / ".git").exists():
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=conftest.REPO,
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
+        return [rel for rel in listed.split("\0") if rel]
+    out = []
+    for path in conftest.REPO.rglob("*"):
+        parts = path.relative_to(conftest.REPO).parts
+        if any(p in _NOT_SOURCE or p.endswith(".egg-info") for p in parts) or not path.is_file():
+            continue
+        out.append(str(path.relative_to(conftest.REPO)))
+    return out
+
+
+@pytest.mark.slow
+def test_a_clone_inside_a_home_folder_passes_and_leaves_the_users_cache_alone(tmp_path):
+    """The suite's own files copied into `<temporary HOME>/jaxeval`, as a user clones into their
+    home: the hermetic checks and a cache-writing module (the task index) pass there, and
+    neither that HOME's `~/.cache/jaxeval` nor the real user cache is created or changed."""
+    if os.environ.get("JAXEVAL_INNER_SUITE"):
+        pytest.skip("inside the inner run")
+    home = tmp_path / "home"
+    clone = home / "jaxeval"
+    for rel in _repository_files():
+        src = conftest.REPO / rel
+        if src.is_file():
+            (clone / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, clone / rel)
+    real_before = _snapshot(conftest.USER_CACHE)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("JAXEVAL_CACHE", "XDG_CACHE_HOME", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")
+        and not k.startswith("PYTEST_")
+    }
+    env.update(HOME=str(home), JAXEVAL_INNER_SUITE="1", PYTHONDONTWRITEBYTECODE="1")
+    env["JAXEVAL_TEST_MODELS"] = str(conftest.TEST_MODELS)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+         "tests/test_hermetic.py", "tests/api/test_task_index.py"],
+        cwd=clone, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
+    assert not (home / ".cache" / "jaxeval").exists()
+    assert _snapshot(conftest.USER_CACHE) == real_before

@@ -10,7 +10,7 @@
 // the step's own key in exactly as before. Shapes (one kv head g of row b is one task):
 //
 //   q        [B, G, M, E]   float32   the X query heads of a kv head (M = X, T = 1)
-//   k        [L, B, G, E, C] float32  keys, slots minor (decoder.KVCache)
+//   k        [L, B, G, E, C] float32  keys, slots minor (contract.KVCache)
 //   v        [L, B, G, C, E] float32  values
 //   layer    []  int32                which of the L layers to read
 //   bound    [B] int32                row b reads slots [0, bound[b]) (its cache index)

