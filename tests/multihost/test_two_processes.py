@@ -41,6 +41,7 @@ def _free_port() -> int:
 
 def _env(devices: int, cache: pathlib.Path, process: tuple[int, int, int] | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAXEVAL_")}
+    env["JAXEVAL_CACHE"] = os.environ["JAXEVAL_CACHE"]  # the session's cache root (conftest)
     env.update(
         XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
         JAX_PLATFORMS="cpu",
