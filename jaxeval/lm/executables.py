@@ -123,15 +123,6 @@ class Executables:
             self.compile_wait_seconds += time.perf_counter() - start
         return self._compiled[job.key]
 
-    def wait(self, keys: Iterable[Hashable]) -> None:
-        """Waits for the queued compiles of `keys` (not for ones never queued)."""
-        for key in keys:
-            pending = self._pending.pop(key, None)
-            if pending is not None:
-                start = time.perf_counter()
-                self._compiled[key] = pending.result()
-                self.compile_wait_seconds += time.perf_counter() - start
-
     def cancel_pending(self) -> None:
         """Drops the queued compiles the thread has not started (they are not needed after all)."""
         for key in [k for k, f in self._pending.items() if f.cancel()]:

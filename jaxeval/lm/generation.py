@@ -140,14 +140,6 @@ class Generator:
         self.stats: dict[str, float] = {}
 
     @property
-    def batch_size(self) -> int:
-        return self.config.batch_size
-
-    @property
-    def seed(self) -> int:
-        return self.config.seed
-
-    @property
     def compile_count(self) -> int:
         return self.executables.compile_count
 

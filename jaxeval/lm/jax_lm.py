@@ -168,8 +168,6 @@ class JaxLM(LM):
         self.batch_size = config.batch_size
         self.max_batch_size = int(config.max_batch_size)
         self.gen_config = config.gen_config
-        self.gen_batch_size = self.gen_config.batch_size
-        self.seed = self.gen_config.seed
         token_budget = config.token_budget
         if token_budget is None:  # the same for N, auto and auto:N (see the module docstring)
             token_budget = auto_token_budget(

@@ -135,7 +135,6 @@ class CpuKernelAttention(XlaAttention):
 
 XLA = XlaAttention()
 CPU = CpuKernelAttention()
-AttentionBackend = XlaAttention  # the base type every backend derives from
 
 
 def requested(setting: str | None = None) -> str:

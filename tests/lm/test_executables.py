@@ -43,7 +43,7 @@ def test_each_key_compiles_once_and_the_counters_agree():
     run = exe.get(_job("a", 3))
     assert exe.get(_job("a", 3)) is run  # compiled before: the same executable
     exe.get(_job("c", 7))  # never queued: compiled on this thread
-    exe.wait(["b"])
+    exe.get(_job("b", 5))  # queued ahead: waited for
     assert sorted(exe.keys()) == ["a", "b", "c"] and exe.compile_count == 3
     stats = exe.stats()
     assert stats["compilations"] + stats["cache_hits"] == 3  # thread and caller both counted
