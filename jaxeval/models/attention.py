@@ -439,7 +439,7 @@ def attention_block(
     q = dense(x, p["q"], "btd,dhe->bthe", p.get("q_bias"))  # [B, T, H, E]
     k = dense(x, p["k"], "btd,dge->btge", p.get("k_bias"))  # [B, T, G, E]
     v = dense(x, p["v"], "btd,dge->btge", p.get("v_bias"))  # [B, T, G, E]
-    if spec.qk_norm == "head":  # over E, per head
+    if spec.qk_norm in ("head", "per_head"):  # over E; one scale [E], or one per head [H, E]
         q = norm(p["q_norm"], q, kind=spec.norm, eps=spec.norm_eps)
         k = norm(p["k_norm"], k, kind=spec.norm, eps=spec.norm_eps)
     elif spec.qk_norm == "heads":  # over all H*E features of the projection

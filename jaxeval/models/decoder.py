@@ -51,6 +51,8 @@ def _layer_constants(spec) -> dict[str, jax.Array]:
         "window": jnp.asarray(np.array(windows, np.int32)),
         "scale": jnp.asarray(np.array(spec.attn_scale, np.float32)),
     }
+    if spec.rope_layers:
+        out["rope_on"] = jnp.asarray(np.array(spec.rope_layers, bool))
     if spec.rope:
         out["inv_freq"] = jnp.asarray(np.array([r.inv_freq for r in spec.rope], np.float32))
         out["rope_factor"] = jnp.asarray(
@@ -84,7 +86,12 @@ def _rope(spec, positions, consts, dynamic, dtype):
         use_long = jnp.max(positions) + 1 > consts["long_after"]
         inv_freq = jnp.where(use_long, consts["long_inv_freq"], inv_freq)
     factor = consts["rope_factor"] if "rope_factor" in consts else jnp.float32(1.0)
-    return rope_cos_sin(positions, inv_freq, factor, dtype)
+    cos, sin = rope_cos_sin(positions, inv_freq, factor, dtype)
+    if "rope_on" in consts:  # a layer without rope (SmolLM3, Cohere-2, EXAONE-4): the identity
+        # rotation, exactly: x * 1 + rotate(x) * 0 == x
+        cos = jnp.where(consts["rope_on"], cos, jnp.ones_like(cos))
+        sin = jnp.where(consts["rope_on"], sin, jnp.zeros_like(sin))
+    return cos, sin
 
 
 def _block(spec, p, x, *, cos, sin, attend_fn):
@@ -94,6 +101,11 @@ def _block(spec, p, x, *, cos, sin, attend_fn):
     """
     kind, eps = spec.norm, spec.norm_eps
     aux = []
+
+    def residual(x, h):  # Granite scales each branch before adding it
+        if spec.residual_scale is not None:
+            h = h * jnp.asarray(spec.residual_scale, h.dtype)
+        return x + h
 
     def attention(h):
         y, a = attn.attention_block(spec, p["attn"], h, cos=cos, sin=sin, attend_fn=attend_fn)
@@ -107,17 +119,21 @@ def _block(spec, p, x, *, cos, sin, attend_fn):
         a = attention(norm(p["attn_norm"], x, kind=kind, eps=eps))
         m = feed_forward(norm(p["mlp_norm"], x, kind=kind, eps=eps))
         return m + a + x, aux[0]
+    if spec.residual == "parallel_shared":  # Cohere, Falcon-7B: one norm feeds both branches
+        h = norm(p["attn_norm"], x, kind=kind, eps=eps)
+        a = attention(h)
+        return x + a + feed_forward(h), aux[0]
     if spec.residual == "post_norm":  # OLMo-2: x + norm(attn(x)), then x + norm(mlp(x))
-        x = x + norm(p["post_attn_norm"], attention(x), kind=kind, eps=eps)
-        return x + norm(p["post_mlp_norm"], feed_forward(x), kind=kind, eps=eps), aux[0]
+        x = residual(x, norm(p["post_attn_norm"], attention(x), kind=kind, eps=eps))
+        return residual(x, norm(p["post_mlp_norm"], feed_forward(x), kind=kind, eps=eps)), aux[0]
     h = attention(norm(p["attn_norm"], x, kind=kind, eps=eps))
     if spec.sandwich_norms:
         h = norm(p["post_attn_norm"], h, kind=kind, eps=eps)
-    x = x + h
+    x = residual(x, h)
     h = feed_forward(norm(p["mlp_norm"], x, kind=kind, eps=eps))
     if spec.sandwich_norms:
         h = norm(p["post_mlp_norm"], h, kind=kind, eps=eps)
-    return x + h, aux[0]
+    return residual(x, h), aux[0]
 
 
 def attention_block_size(length: int, block: int | None = None, *, spec: Any = None) -> int:
@@ -307,7 +323,10 @@ def head_weight(spec, params: dict[str, Any]) -> Float["V D"]:
 
 
 def finalize_logits(spec, logits: jax.Array) -> jax.Array:
-    """Elementwise post-processing of logits: Gemma-2's final soft-capping, else identity."""
+    """Elementwise post-processing of logits: a scale (Cohere, Granite), Gemma-2's final
+    soft-capping, else identity."""
+    if spec.logit_scale is not None:
+        logits = logits * jnp.asarray(spec.logit_scale, logits.dtype)
     if spec.final_softcap is None:
         return logits
     cap = jnp.asarray(spec.final_softcap, logits.dtype)

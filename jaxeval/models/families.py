@@ -89,7 +89,7 @@ def _layer_types(cfg: Any, model_type: str) -> list[str]:
     window = getattr(cfg, "sliding_window", None)
     if not window:
         return ["full_attention"] * n
-    if model_type in ("mistral", "phi3"):
+    if model_type in ("mistral", "phi3", "starcoder2"):
         return ["sliding_attention"] * n
     if model_type == "gemma2":  # even layers slide
         return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
@@ -135,12 +135,18 @@ def build_llama_like(cfg: Any, compute_dtype: str) -> ModelSpec:
         rope_dim = int(rope_dim * rope_parameters(cfg).get("partial_rotary_factor", legacy))
     rope, dynamic = _rope_tables(cfg, types, rope_dim)
     bias = bool(getattr(cfg, "attention_bias", False)) and model_type not in ("mistral", "phi3")
-    qk_norm = {"qwen3": "head", "olmo2": "heads"}.get(model_type)
+    olmo = model_type in ("olmo2", "olmo3")
+    qk_norm = {"qwen3": "head", "exaone4": "head"}.get(model_type, "heads" if olmo else None)
+    rope_layers: tuple[bool, ...] = ()
+    if model_type == "smollm3":  # 1 = rope on that layer, 0 = no position encoding (NoPE)
+        rope_layers = tuple(bool(x) for x in cfg.no_rope_layers[: cfg.num_hidden_layers])
+    elif model_type == "exaone4" and getattr(cfg, "sliding_window", None):  # rope on local layers
+        rope_layers = tuple(t == "sliding_attention" for t in types)
     return ModelSpec(
         model_type=model_type,
         **common,
         intermediate_size=cfg.intermediate_size,
-        norm="rms_f32" if model_type == "olmo2" else "rms",
+        norm="rms_f32" if olmo else "rms",
         norm_eps=float(cfg.rms_norm_eps),
         mlp="gated",
         activation=cfg.hidden_act,
@@ -148,9 +154,141 @@ def build_llama_like(cfg: Any, compute_dtype: str) -> ModelSpec:
         qkv_bias=True if model_type == "qwen2" else bias,
         o_bias=bias and model_type != "qwen2",
         qk_norm=qk_norm,
-        residual="post_norm" if model_type == "olmo2" else "sequential",
+        residual="post_norm" if olmo or model_type == "exaone4" else "sequential",
         sliding_window=_windows(cfg, types),
         attn_scale=(common["head_dim"] ** -0.5,) * cfg.num_hidden_layers,
+        rope=rope,
+        dynamic_rope=dynamic,
+        rope_layers=rope_layers,
+    )
+
+
+def build_granite(cfg: Any, compute_dtype: str) -> ModelSpec:
+    """Granite: Llama with four multipliers (embeddings, residual branches, attention scores,
+    logits divided by `logits_scaling`)."""
+    spec = build_llama_like(cfg, compute_dtype)
+    return dataclasses.replace(
+        spec,
+        embed_scale=float(cfg.embedding_multiplier),
+        residual_scale=float(cfg.residual_multiplier),
+        attn_scale=(float(cfg.attention_multiplier),) * cfg.num_hidden_layers,
+        logit_scale=1.0 / float(cfg.logits_scaling),
+    )
+
+
+def build_cohere(cfg: Any, compute_dtype: str) -> ModelSpec:
+    """Cohere (Command-R) and Cohere-2: bias-free LayerNorm, one norm feeding attention and MLP in
+    parallel, interleaved rope (the loader reorders q/k features: `hf_weights.deinterleave`),
+    logits times `logit_scale`; Cohere's optional per-head q/k LayerNorms; Cohere-2's sliding
+    layers, the only ones with rope."""
+    model_type = cfg.model_type
+    common = _common(cfg, compute_dtype)
+    types = _layer_types(cfg, model_type)
+    rope, dynamic = _rope_tables(cfg, types, common["head_dim"])
+    bias = bool(getattr(cfg, "attention_bias", False))
+    second = model_type == "cohere2"
+    return ModelSpec(
+        model_type=model_type,
+        **common,
+        intermediate_size=cfg.intermediate_size,
+        norm="layer_nobias",
+        norm_eps=float(cfg.layer_norm_eps),
+        mlp="gated",
+        activation=cfg.hidden_act,
+        qkv_bias=bias,
+        o_bias=bias,
+        qk_norm="per_head" if not second and getattr(cfg, "use_qk_norm", False) else None,
+        residual="parallel_shared",
+        sliding_window=_windows(cfg, types) if second else (0,) * cfg.num_hidden_layers,
+        attn_scale=(common["head_dim"] ** -0.5,) * cfg.num_hidden_layers,
+        logit_scale=float(cfg.logit_scale),
+        rope=rope,
+        dynamic_rope=dynamic,
+        rope_layers=tuple(t == "sliding_attention" for t in types) if second else (),
+    )
+
+
+def build_starcoder2(cfg: Any, compute_dtype: str) -> ModelSpec:
+    """Starcoder2: LayerNorms with biases, a plain biased MLP, biased projections, a window on
+    every layer when `sliding_window` is set."""
+    common = _common(cfg, compute_dtype)
+    types = _layer_types(cfg, "starcoder2")
+    rope, dynamic = _rope_tables(cfg, types, common["head_dim"])
+    bias = bool(getattr(cfg, "use_bias", True))
+    return ModelSpec(
+        model_type="starcoder2",
+        **common,
+        intermediate_size=cfg.intermediate_size,
+        norm="layer",
+        norm_eps=float(cfg.norm_epsilon),
+        mlp="plain",
+        activation=cfg.hidden_act,
+        qkv_bias=bias,
+        o_bias=bias,
+        mlp_bias=bias,
+        sliding_window=_windows(cfg, types),
+        attn_scale=(common["head_dim"] ** -0.5,) * cfg.num_hidden_layers,
+        rope=rope,
+        dynamic_rope=dynamic,
+    )
+
+
+def build_falcon(cfg: Any, compute_dtype: str) -> ModelSpec:
+    """Falcon 7B/40B/180B (and the Falcon-3 Llama-style checkpoints, which declare `llama`):
+    LayerNorms, a plain MLP, multi-query or grouped kv heads, parallel attention + MLP with one
+    norm (7B) or two (`new_decoder_architecture`), or sequential. ALiBi variants are refused."""
+    if getattr(cfg, "alibi", False):
+        raise JaxevalError(
+            "falcon with alibi=True (ALiBi position biases) is not supported",
+            hint="Falcon-RW style checkpoints use ALiBi; rope Falcon checkpoints (7B/40B/180B) load",
+        )
+    heads, d = cfg.num_attention_heads, cfg.hidden_size
+    new = bool(getattr(cfg, "new_decoder_architecture", False))
+    if new:
+        kv = cfg.num_kv_heads
+    elif getattr(cfg, "multi_query", False):
+        kv = 1
+    else:
+        kv = _get(cfg, "num_kv_heads", default=heads)
+    parallel = bool(getattr(cfg, "parallel_attn", True))
+    norms = _get(cfg, "num_ln_in_parallel_attn", default=2 if new else 1)
+    if new and not parallel:
+        raise JaxevalError(
+            "falcon with new_decoder_architecture=True and parallel_attn=False is not supported",
+            hint="that combination adds the attention output twice in transformers' Falcon",
+        )
+    if new and norms == 2:
+        residual = "parallel"
+    elif parallel:
+        residual = "parallel_shared"
+    else:
+        residual = "sequential"
+    n = cfg.num_hidden_layers
+    head_dim = d // heads
+    rope, dynamic = _rope_tables(cfg, ["full_attention"] * n, head_dim)
+    bias = bool(getattr(cfg, "bias", False))
+    return ModelSpec(
+        model_type="falcon",
+        vocab_size=cfg.vocab_size,
+        hidden_size=d,
+        num_layers=n,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=head_dim,
+        intermediate_size=_get(cfg, "ffn_hidden_size", default=4 * d),
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_embeddings=bool(getattr(cfg, "tie_word_embeddings", True)),
+        compute_dtype=compute_dtype,
+        norm="layer",
+        norm_eps=float(cfg.layer_norm_epsilon),
+        mlp="plain",
+        activation=_get(cfg, "activation", default="gelu"),
+        qkv_bias=bias,
+        o_bias=bias,
+        mlp_bias=bias,
+        residual=residual,
+        sliding_window=(0,) * n,
+        attn_scale=(head_dim**-0.5,) * n,
         rope=rope,
         dynamic_rope=dynamic,
     )
@@ -295,6 +433,24 @@ FAMILIES: dict[str, Family] = {
     # Gemma-3 image-text checkpoints: the text decoder only (`text_config`, `model.language_model.*`)
     "gemma3": dataclasses.replace(
         _GEMMA, build=lambda cfg, dtype: build_gemma(_text_config(cfg), dtype)
+    ),
+    "olmo3": _LLAMA,
+    "smollm3": _LLAMA,
+    "exaone4": _LLAMA,
+    "granite": dataclasses.replace(_LLAMA, build=build_granite),
+    "cohere": Family(
+        build=build_cohere, weights=hf_weights.cohere, aliases=hf_weights.KEY_ALIASES["llama_like"]
+    ),
+    "cohere2": Family(
+        build=build_cohere, weights=hf_weights.cohere, aliases=hf_weights.KEY_ALIASES["llama_like"]
+    ),
+    "starcoder2": Family(
+        build=build_starcoder2,
+        weights=hf_weights.starcoder2,
+        aliases=hf_weights.KEY_ALIASES["llama_like"],
+    ),
+    "falcon": Family(
+        build=build_falcon, weights=hf_weights.falcon, aliases=hf_weights.KEY_ALIASES["falcon"]
     ),
     "gpt2": Family(
         build=build_gpt2, weights=hf_weights.gpt2, aliases=hf_weights.KEY_ALIASES["gpt2"]

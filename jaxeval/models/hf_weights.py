@@ -140,7 +140,7 @@ def llama_like(spec) -> dict[str, Any]:
         attn["v_bias"] = Source(key=a + "v_proj.bias", convert=split_heads(G, E))
     if spec.o_bias:
         attn["o_bias"] = Source(key=a + "o_proj.bias")
-    if spec.qk_norm == "head":
+    if spec.qk_norm in ("head", "per_head"):  # [E], or Cohere's [H, E]: as stored
         attn["q_norm"] = _norm(spec, a + "q_norm.weight")
         attn["k_norm"] = _norm(spec, a + "k_norm.weight")
     elif spec.qk_norm == "heads":  # OLMo-2: one [H*E] scale -> [H, E]
@@ -161,6 +161,8 @@ def llama_like(spec) -> dict[str, Any]:
         layers["post_mlp_norm"] = _norm(spec, layer + "post_feedforward_layernorm.weight")
         return _llama_tree(spec, layers)
     layers["attn_norm"] = _norm(spec, layer + "input_layernorm.weight")
+    if spec.residual == "parallel_shared":  # Cohere: one norm feeds attention and MLP
+        return _llama_tree(spec, layers)
     if spec.sandwich_norms:  # Gemma-2/3 name their four norms differently from Llama's two
         layers["post_attn_norm"] = _norm(spec, layer + "post_attention_layernorm.weight")
         layers["mlp_norm"] = _norm(spec, layer + "pre_feedforward_layernorm.weight")
@@ -279,6 +281,124 @@ def gpt_neox(spec) -> dict[str, Any]:
     return tree
 
 
+def then(first: Convert | None, second: Convert) -> Convert:
+    """`second(first(w))` (`first` None: the identity)."""
+    if first is None:
+        return second
+    return lambda w: second(first(w))
+
+
+def deinterleave(rotary_dim: int) -> Convert:
+    """Reorders the last axis (a head's features) from interleaved rope pairs to rotate-half halves.
+
+    Interleaved rope (Cohere, GGUF-style) rotates the pairs (2i, 2i + 1) by angle i; rotate-half
+    rope (ours) rotates (i, i + E'/2). The same permutation of q's and k's head features,
+    [0, 2, 4, ..., 1, 3, 5, ...], turns one into the other and leaves every q.k unchanged, so the
+    checkpoint's q/k projections (and their biases and per-head norms) are permuted once at load
+    time and the decoder runs its one rope.
+    """
+    order = [*range(0, rotary_dim, 2), *range(1, rotary_dim, 2)]
+
+    def convert(w: np.ndarray) -> np.ndarray:
+        perm = order + list(range(rotary_dim, w.shape[-1]))
+        return np.ascontiguousarray(w[..., perm])
+
+    return convert
+
+
+def cohere(spec) -> dict[str, Any]:
+    """Cohere 1-2: Llama names, one input norm, interleaved rope (q/k features reordered here)."""
+    tree = llama_like(spec)
+    attn = tree["layers"]["attn"]
+    fix = deinterleave(spec.rotary_dim)
+    for name in ("q", "k", "q_bias", "k_bias"):
+        if name in attn:
+            attn[name] = dataclasses.replace(attn[name], convert=then(attn[name].convert, fix))
+    for name in ("q_norm", "k_norm"):
+        if name in attn:
+            attn[name] = {
+                key: dataclasses.replace(src, convert=then(src.convert, fix))
+                for key, src in attn[name].items()
+            }
+    return tree
+
+
+def starcoder2(spec) -> dict[str, Any]:
+    """Starcoder2: Llama attention names with biases, LayerNorms, a plain `c_fc` / `c_proj` MLP."""
+    tree = llama_like(spec)
+    m = "model.layers.{i}.mlp."
+    mlp: dict[str, Any] = {
+        "up": Source(key=m + "c_fc.weight", convert=linear),
+        "down": Source(key=m + "c_proj.weight", convert=linear),
+    }
+    if spec.mlp_bias:
+        mlp["up_bias"] = Source(key=m + "c_fc.bias")
+        mlp["down_bias"] = Source(key=m + "c_proj.bias")
+    tree["layers"]["mlp"] = mlp
+    return tree
+
+
+def falcon_qkv(part: int, heads: int, kv_heads: int, dim: int) -> Convert:
+    """Falcon's fused `query_key_value` [rows, in] (or its bias [rows]) -> part's [in, n, dim]
+    (part 0 = q, 1 = k, 2 = v). Rows come per kv group: its X = H / G query heads, then its key,
+    then its value. That one rule covers Falcon's three layouts: new_decoder_architecture (G
+    groups), multi_query (G = 1: H queries, one k, one v) and the per-head q, k, v of the original
+    (G = H: X = 1)."""
+    x = heads // kv_heads
+
+    def convert(w: np.ndarray) -> np.ndarray:
+        grouped = w.reshape(kv_heads, x + 2, dim, *w.shape[1:])
+        out = grouped[:, :x] if part == 0 else grouped[:, x + part - 1 : x + part]
+        out = out.reshape(-1, dim, *w.shape[1:])  # [n, dim, in] or [n, dim]
+        return np.ascontiguousarray(out.transpose(2, 0, 1) if out.ndim == 3 else out)
+
+    return convert
+
+
+def falcon(spec) -> dict[str, Any]:
+    """Falcon: `transformer.h.{i}.self_attention.query_key_value` (three layouts), LayerNorms named
+    by variant (`ln_attn` / `ln_mlp`, or `input_layernorm` [+ `post_attention_layernorm`])."""
+    H, G, E = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    h = "transformer.h.{i}."
+    qkv = h + "self_attention.query_key_value.weight"
+    qkv_bias = h + "self_attention.query_key_value.bias"
+    attn: dict[str, Any] = {
+        "q": Source(key=qkv, convert=falcon_qkv(0, H, G, E)),
+        "k": Source(key=qkv, convert=falcon_qkv(1, H, G, E)),
+        "v": Source(key=qkv, convert=falcon_qkv(2, H, G, E)),
+        "o": Source(key=h + "self_attention.dense.weight", convert=linear_out_heads(H, E)),
+    }
+    if spec.qkv_bias:
+        attn["q_bias"] = Source(key=qkv_bias, convert=falcon_qkv(0, H, G, E))
+        attn["k_bias"] = Source(key=qkv_bias, convert=falcon_qkv(1, H, G, E))
+        attn["v_bias"] = Source(key=qkv_bias, convert=falcon_qkv(2, H, G, E))
+    if spec.o_bias:
+        attn["o_bias"] = Source(key=h + "self_attention.dense.bias")
+    mlp: dict[str, Any] = {
+        "up": Source(key=h + "mlp.dense_h_to_4h.weight", convert=linear),
+        "down": Source(key=h + "mlp.dense_4h_to_h.weight", convert=linear),
+    }
+    if spec.mlp_bias:
+        mlp["up_bias"] = Source(key=h + "mlp.dense_h_to_4h.bias")
+        mlp["down_bias"] = Source(key=h + "mlp.dense_4h_to_h.bias")
+    layers: dict[str, Any] = {"attn": attn, "mlp": mlp}
+    if spec.residual == "parallel":  # two norms in parallel (Falcon-40B/180B)
+        layers["attn_norm"] = _norm(spec, h + "ln_attn.weight")
+        layers["mlp_norm"] = _norm(spec, h + "ln_mlp.weight")
+    else:
+        layers["attn_norm"] = _norm(spec, h + "input_layernorm.weight")
+        if spec.residual == "sequential":
+            layers["mlp_norm"] = _norm(spec, h + "post_attention_layernorm.weight")
+    tree = {
+        "embed": Source(key="transformer.word_embeddings.weight"),
+        "layers": layers,
+        "final_norm": _norm(spec, "transformer.ln_f.weight"),
+    }
+    if not spec.tie_embeddings:
+        tree["lm_head"] = Source(key="lm_head.weight")
+    return tree
+
+
 # Alternative spellings of the same tensor in other exports: tried in order when a key is missing.
 KEY_ALIASES: dict[str, tuple[tuple[str, str], ...]] = {
     "llama_like": (
@@ -288,4 +408,5 @@ KEY_ALIASES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "gpt2": (("transformer.", ""),),
     "gpt_neox": (("gpt_neox.", ""),),
+    "falcon": (("transformer.", ""),),
 }

@@ -8,7 +8,8 @@ Norm kinds (all over the last axis, D or E):
     "rms"           y = w * (x / rms(x)).astype(dtype)              Llama, Mistral, Qwen, Phi-3
     "rms_f32"       y = (w * (x / rms(x))).astype(dtype)            OLMo-2
     "rms_plus_one"  y = ((x / rms(x)) * (1 + w)).astype(dtype)      Gemma 1-3 (weights stored as w - 1)
-    "layer"         y = (x - mean) / std * w + b                    GPT-2, GPT-NeoX
+    "layer"         y = (x - mean) / std * w + b                    GPT-2, GPT-NeoX, Starcoder2, Falcon
+    "layer_nobias"  y = (x - mean) / std * w                        Cohere 1-2
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 from jaxeval.shapes import Float
 
 HIGHEST = jax.lax.Precision.HIGHEST
-NORM_KINDS = ("rms", "rms_f32", "rms_plus_one", "layer")
+NORM_KINDS = ("rms", "rms_f32", "rms_plus_one", "layer", "layer_nobias")
 MLP_KINDS = ("gated", "plain")
 
 
@@ -46,11 +47,13 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 def norm(p: dict[str, jax.Array], x: Float["... D"], *, kind: str, eps: float) -> Float["... D"]:
     """RMSNorm / Gemma's (1 + w) RMSNorm / LayerNorm, statistics in float32, result in x's dtype."""
     xf = x.astype(jnp.float32)
-    if kind == "layer":
+    if kind in ("layer", "layer_nobias"):
         mean = jnp.mean(xf, axis=-1, keepdims=True)
         var = jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True)
         y = (xf - mean) * jax.lax.rsqrt(var + eps)
-        y = y * p["scale"].astype(jnp.float32) + p["bias"].astype(jnp.float32)
+        y = y * p["scale"].astype(jnp.float32)
+        if kind == "layer":
+            y = y + p["bias"].astype(jnp.float32)
         return y.astype(x.dtype)
     y = xf * jax.lax.rsqrt(jnp.mean(jnp.square(xf), axis=-1, keepdims=True) + eps)
     if kind == "rms":

@@ -10,7 +10,7 @@ leading L axis so the decoder scans over layers:
     layers/attn_norm?, mlp_norm?, post_attn_norm?, post_mlp_norm?   {scale [L, D], bias [L, D]?}
     layers/attn  q [L, D, H, E]  k, v [L, D, G, E]  o [L, H, E, D]
                  q_bias [L, H, E]  k_bias, v_bias [L, G, E]  o_bias [L, D]
-                 q_norm, k_norm {scale [L, E]} (per head) or {scale [L, H|G, E]} (over all heads)
+                 q_norm, k_norm {scale [L, E]} (per head) or {scale [L, H|G, E]} (per_head, heads)
     layers/mlp   up [L, D, F]  gate [L, D, F] (gated)  down [L, F, D]  up_bias, gate_bias [L, F]  down_bias [L, D]
 """
 
@@ -40,7 +40,7 @@ def _norm(spec, stacked: bool, width: int, width_axis: str = "norm") -> dict[str
     lead = (spec.num_layers,) if stacked else ()
     lead_axes = ("layers",) if stacked else ()
     out = {"scale": ParamInfo(shape=(*lead, width), axes=(*lead_axes, width_axis))}
-    if spec.norm == "layer":
+    if spec.norm == "layer":  # "layer_nobias" (Cohere) has a scale only
         out["bias"] = ParamInfo(shape=(*lead, width), axes=(*lead_axes, width_axis))
     return out
 
@@ -71,7 +71,8 @@ def param_layout(spec) -> dict[str, Any]:
     if spec.qk_norm == "head":
         attn["q_norm"] = _norm(spec, True, E, "head_dim")
         attn["k_norm"] = _norm(spec, True, E, "head_dim")
-    elif spec.qk_norm == "heads":  # one norm over all heads, scales kept as [L, H, E]
+    elif spec.qk_norm in ("heads", "per_head"):  # scales kept as [L, H, E]: one norm over all
+        # heads ("heads"), or one norm per head with its own scale ("per_head")
         attn["q_norm"] = {"scale": ParamInfo(shape=(L, H, E), axes=("layers", "heads", "head_dim"))}
         attn["k_norm"] = {
             "scale": ParamInfo(shape=(L, G, E), axes=("layers", "kv_heads", "head_dim"))
@@ -90,7 +91,8 @@ def param_layout(spec) -> dict[str, Any]:
     layers: dict[str, Any] = {"attn": attn, "mlp": mlp}
     if spec.residual != "post_norm":
         layers["attn_norm"] = _norm(spec, True, D)
-        layers["mlp_norm"] = _norm(spec, True, D)
+        if spec.residual != "parallel_shared":  # Cohere, Falcon-7B: one norm feeds both
+            layers["mlp_norm"] = _norm(spec, True, D)
     if spec.sandwich_norms or spec.residual == "post_norm":
         layers["post_attn_norm"] = _norm(spec, True, D)
         layers["post_mlp_norm"] = _norm(spec, True, D)

@@ -30,7 +30,7 @@ from jaxeval.models.layers import ACTIVATIONS, MLP_KINDS, NORM_KINDS
 from jaxeval.models.rope import DynamicRope, LayerRope
 
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
-RESIDUAL_KINDS = ("sequential", "parallel", "post_norm")
+RESIDUAL_KINDS = ("sequential", "parallel", "parallel_shared", "post_norm")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,13 +56,20 @@ class ModelSpec:
     rope: tuple[LayerRope, ...] = ()  # [L]; empty with learned positions or dynamic rope
     dynamic_rope: DynamicRope | None = None
     learned_positions: bool = False
-    qk_norm: str | None = (
-        None  # "head": over E per head (Qwen3, Gemma-3); "heads": over H*E (OLMo-2)
-    )
+    # q/k norms: "head" over E with one [E] scale (Qwen3, Gemma-3, EXAONE-4); "per_head" over E with
+    # an [H, E] scale (Cohere); "heads" over all H*E features (OLMo-2/3)
+    qk_norm: str | None = None
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
-    residual: str = "sequential"  # or "parallel" (GPT-NeoX), "post_norm" (OLMo-2: no pre-norms)
+    # "sequential"; "parallel" (GPT-NeoX, Falcon-40B: x + attn(n1 x) + mlp(n2 x)); "parallel_shared"
+    # (Cohere, Falcon-7B: one norm feeds both); "post_norm" (OLMo-2, EXAONE-4: no pre-norms)
+    residual: str = "sequential"
+    residual_scale: float | None = None  # Granite: x + h * residual_multiplier
+    logit_scale: float | None = (
+        None  # logits times this (Cohere logit_scale, Granite 1/logits_scaling)
+    )
+    rope_layers: tuple[bool, ...] = ()  # [L] rope applied on that layer; () = on every rope layer
     sandwich_norms: bool = False  # Gemma-2/3 post-attention and post-MLP norms
     attn_softcap: float | None = None
     final_softcap: float | None = None
@@ -83,8 +90,8 @@ class ModelSpec:
             problems.append(f"activation {self.activation!r} not in {sorted(ACTIVATIONS)}")
         if self.residual not in RESIDUAL_KINDS:
             problems.append(f"residual {self.residual!r} not in {RESIDUAL_KINDS}")
-        if self.qk_norm not in (None, "head", "heads"):
-            problems.append(f"qk_norm {self.qk_norm!r} not None, 'head' or 'heads'")
+        if self.qk_norm not in (None, "head", "per_head", "heads"):
+            problems.append(f"qk_norm {self.qk_norm!r} not None, 'head', 'per_head' or 'heads'")
         if self.num_heads % self.num_kv_heads:
             problems.append(
                 f"{self.num_heads} heads not a multiple of {self.num_kv_heads} kv heads"
@@ -94,6 +101,8 @@ class ModelSpec:
         for name in ("sliding_window", "attn_scale"):
             if len(getattr(self, name)) != L:
                 problems.append(f"{name} has {len(getattr(self, name))} entries for {L} layers")
+        if self.rope_layers and len(self.rope_layers) != L:
+            problems.append(f"rope_layers has {len(self.rope_layers)} entries for {L} layers")
         if self.rope and len(self.rope) != L:
             problems.append(f"rope has {len(self.rope)} entries for {L} layers")
         if problems:

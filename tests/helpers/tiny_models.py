@@ -34,6 +34,15 @@ FAMILIES = (
     "gpt_neox",
     "phi3",
     "olmo2",
+    "olmo3",
+    "granite",
+    "smollm3",
+    "exaone4",
+    "cohere",
+    "cohere2",
+    "starcoder2",
+    "falcon",
+    "falcon_mqa",
 )
 TOKENIZER_STYLE = {"gpt2": "gpt2", "gpt_neox": "gpt2"}  # others: llama-style, BOS added
 WINDOW = 8
@@ -125,6 +134,55 @@ def _config(family: str, vocab: int, bos: int, eos: int, overrides: dict[str, An
         )
     elif family == "olmo2":
         kw = dict(common)
+    elif family == "olmo3":
+        kw = dict(
+            common, sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"]
+        )
+    elif family == "granite":
+        kw = dict(
+            common,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.2,
+            logits_scaling=2.0,
+            attention_bias=True,
+        )
+    elif family == "smollm3":
+        kw = dict(common, no_rope_layers=[1, 0])  # layer 1 has no position encoding
+    elif family == "exaone4":
+        kw = dict(
+            common, sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"]
+        )
+    elif family == "cohere":
+        kw = dict(common, use_qk_norm=True, logit_scale=0.5, tie_word_embeddings=True)
+    elif family == "cohere2":
+        kw = dict(
+            common,
+            sliding_window=WINDOW,
+            layer_types=["sliding_attention", "full_attention"],
+            logit_scale=0.5,
+            tie_word_embeddings=True,
+        )
+    elif family == "starcoder2":
+        kw = dict(common, sliding_window=WINDOW, use_bias=True)
+    elif family in ("falcon", "falcon_mqa"):
+        kw = dict(
+            vocab_size=vocab,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=512,
+            ffn_hidden_size=128,
+            alibi=False,
+            bos_token_id=bos,
+            eos_token_id=eos,
+            tie_word_embeddings=False,
+        )
+        if family == "falcon":  # Falcon-40B/180B style: 2 kv groups, two parallel norms, biases
+            kw.update(new_decoder_architecture=True, num_kv_heads=2, bias=True)
+        else:  # Falcon-7B style: one kv head, one norm feeding both branches
+            kw.update(new_decoder_architecture=False, multi_query=True, parallel_attn=True)
+        family = "falcon"
     elif family == "gpt2":
         kw = dict(
             vocab_size=vocab,
@@ -162,6 +220,14 @@ def _config(family: str, vocab: int, bos: int, eos: int, overrides: dict[str, An
         "gpt_neox": tr.GPTNeoXConfig,
         "phi3": tr.Phi3Config,
         "olmo2": tr.Olmo2Config,
+        "olmo3": tr.Olmo3Config,
+        "granite": tr.GraniteConfig,
+        "smollm3": tr.SmolLM3Config,
+        "exaone4": tr.Exaone4Config,
+        "cohere": tr.CohereConfig,
+        "cohere2": tr.Cohere2Config,
+        "starcoder2": tr.Starcoder2Config,
+        "falcon": tr.FalconConfig,
     }
     return classes[family](**kw)
 
@@ -173,7 +239,7 @@ def _reinitialise(model: Any, std: float) -> None:
     with torch.no_grad():
         for module in model.modules():
             name = type(module).__name__
-            is_norm = isinstance(module, torch.nn.LayerNorm) or "RMSNorm" in name
+            is_norm = isinstance(module, torch.nn.LayerNorm) or "Norm" in name
             for pname, p in module.named_parameters(recurse=False):
                 if is_norm:
                     centre = 0.0 if (pname == "bias" or name.startswith("Gemma")) else 1.0
