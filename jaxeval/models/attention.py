@@ -46,10 +46,12 @@ import jax
 import jax.numpy as jnp
 
 from jaxeval.models.layers import HIGHEST, dense, norm
+from jaxeval.models.mla import mla_output, mla_qkv
 from jaxeval.models.rope import apply_rope
 from jaxeval.shapes import Bool, Float, Int
 
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
+FloatH = Float["H"]
 
 MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: fully-masked rows stay NaN-free
 NO_WINDOW = 2**30  # a window size that never masks anything
@@ -107,11 +109,13 @@ def attend(
     *,
     scale: Float[""],
     softcap: float | None,
+    sinks: FloatH | None = None,
 ) -> Float["B T H E"]:
     """Dense grouped-query attention; query head h reads kv head h // (H // G), as HF's repeat_kv.
 
     Scores are computed in the compute dtype and scaled after the matmul (HF's order), soft-capped,
     then the softmax runs in float32 and the weights are cast back before multiplying the values.
+    `sinks` (gpt-oss): one more logit per head in the softmax, whose weight multiplies no value.
     """
     b, t, h, e = q.shape
     g = k.shape[2]
@@ -120,7 +124,14 @@ def attend(
     scores = jnp.where(
         allowed[:, None, None], scores.astype(jnp.float32), MASKED
     )  # [B, G, X, T, J]
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    if sinks is not None:
+        sink = jnp.broadcast_to(
+            sinks.astype(jnp.float32).reshape(1, g, h // g, 1, 1), (*scores.shape[:-1], 1)
+        )
+        probs = jax.nn.softmax(jnp.concatenate([scores, sink], -1), axis=-1)[..., :-1]
+        probs = probs.astype(v.dtype)
+    else:
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bgrts,bsge->btgre", probs, v, precision=HIGHEST)
     return out.reshape(b, t, h, e)
 
@@ -162,6 +173,16 @@ class _Online:
 def online_init(queries: tuple[int, ...], e: int):
     """An online-softmax state that has seen no key yet (`blocked_attend`'s `init`)."""
     return _Online.init(queries, e)
+
+
+def fold_sinks(state, sinks: FloatH):
+    """The online-softmax state of queries [B, G, X, T] after one more key per head whose score is
+    the head's sink and whose value is zero (gpt-oss): the sink joins the denominator only."""
+    m, total, acc = state
+    s = sinks.astype(jnp.float32).reshape(1, m.shape[1], m.shape[2], 1)
+    m_new = jnp.maximum(m, s)
+    correction = jnp.exp(m - m_new)
+    return m_new, total * correction + jnp.exp(s - m_new), acc * correction[..., None]
 
 
 def block_visibility(
@@ -316,6 +337,7 @@ def cache_attend(
     new_block: int = 0,
     new_valid: Bool["B T"] | None = None,
     backend: Any = None,
+    sinks: FloatH | None = None,
 ) -> Float["B T H E"]:
     """Attention of T queries at slots [index, index + T): over layer `layer` of a stacked cache
     holding the slots before `index`, and over this call's own keys `k_new` / `v_new`, which the
@@ -340,7 +362,7 @@ def cache_attend(
 
     A cache of one row (`k_cache` [L, 1, G, E, C]: a shared prefix, `decoder.forward_new`) is read
     by all B query rows; C = 0 is no cache. `new_valid` gives the new keys' validity directly
-    (default: `slot_valid` at their slots).
+    (default: `slot_valid` at their slots). `sinks` [H] (gpt-oss): `fold_sinks`.
     """
     b, t, h, e = q.shape
     bc, g, c = k_cache.shape[1], k_cache.shape[2], k_cache.shape[4]
@@ -392,6 +414,8 @@ def cache_attend(
         state = jax.lax.fori_loop(0, n_blocks, key_block, state)
     m, total, acc = state  # back to [B, G, X, T] for the call's own keys
     state = (m.reshape(b, g, r, t), total.reshape(b, g, r, t), acc.reshape(b, g, r, t, e))
+    if sinks is not None:
+        state = fold_sinks(state, sinks)
     # this call's own keys, as the cache would hold them (its dtype), causal among themselves
     k_new = k_new.astype(k_cache.dtype).astype(dtype)
     v_new = v_new.astype(v_cache.dtype).astype(dtype)
@@ -436,6 +460,12 @@ def attention_block(
     `attend_fn` chooses the attention (dense, blocked, or a cache write then `cache_attend`) and
     returns (out [B, T, H, E], aux); this returns (y [B, T, D], aux).
     """
+    if spec.mla is not None:  # DeepSeek: latent projections, rope part first (`mla.py`)
+        q, k, v = mla_qkv(spec, p, x)
+        if cos is not None:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out, aux = attend_fn(q, k, v)
+        return mla_output(spec, p, out), aux
     q = dense(x, p["q"], "btd,dhe->bthe", p.get("q_bias"))  # [B, T, H, E]
     k = dense(x, p["k"], "btd,dge->btge", p.get("k_bias"))  # [B, T, G, E]
     v = dense(x, p["v"], "btd,dge->btge", p.get("v_bias"))  # [B, T, G, E]

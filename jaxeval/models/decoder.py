@@ -27,6 +27,7 @@ from jaxeval.models import attention as attn
 from jaxeval.models.attention_backend import XLA
 from jaxeval.models.contract import KVCache
 from jaxeval.models.layers import HIGHEST, mlp, norm
+from jaxeval.models.moe import moe_block
 from jaxeval.models.rope import dynamic_inv_freq, rope_cos_sin
 from jaxeval.shapes import Bool, Float, Int
 
@@ -63,6 +64,16 @@ def _layer_constants(spec) -> dict[str, jax.Array]:
             out["long_inv_freq"] = jnp.asarray(np.array(long, np.float32))
             out["long_after"] = jnp.asarray(np.array([r.long_after for r in spec.rope], np.int32))
     return out
+
+
+def _stacks(spec, params: dict[str, Any], consts: dict[str, jax.Array]) -> list[tuple]:
+    """(layer stack, its per-layer constants, its first layer index) in order: one stack, or an
+    MoE model's dense first layers then its expert layers (`params.param_layout`)."""
+    k = spec.dense_layers
+    if not k:
+        return [(params["layers"], consts, 0)]
+    cut = lambda lo, hi: jax.tree.map(lambda c: c[lo:hi], consts)  # noqa: E731
+    return [(params["dense_layers"], cut(0, k), 0), (params["layers"], cut(k, None), k)]
 
 
 def embed(
@@ -113,6 +124,8 @@ def _block(spec, p, x, *, cos, sin, attend_fn):
         return y
 
     def feed_forward(h):
+        if "moe" in p:  # the experts (a stack of MoE layers), else the dense MLP
+            return moe_block(p["moe"], h, moe=spec.moe)
         return mlp(p["mlp"], h, kind=spec.mlp, activation=spec.activation)
 
     if spec.residual == "parallel":  # GPT-NeoX: x + attn(ln1 x) + mlp(ln2 x)
@@ -176,23 +189,33 @@ def hidden(
         cos, sin = _rope(spec, positions, consts, dynamic, dtype)
         window = consts["window"] if windowed else None
 
+        sinks = p["attn"].get("sinks")
+
         def attend_fn(q, k, v):
             if blocked:
+                init = None
+                if sinks is not None:  # every query block starts from the sink
+                    b, t, h, e = q.shape
+                    g = k.shape[2]
+                    init = attn.fold_sinks(attn.online_init((b, g, h // g, t), e), sinks)
                 out = backend.packed(
                     q, k, v, segment, parent, positions, window=window, scale=consts["scale"],
-                    softcap=spec.attn_softcap, block=block, init=None,
+                    softcap=spec.attn_softcap, block=block, init=init,
                 )  # fmt: skip
                 return out, None
             allowed = base
             if windowed:
                 allowed = base & attn.window_mask(positions, positions, window)
-            out = attn.attend(q, k, v, allowed, scale=consts["scale"], softcap=spec.attn_softcap)
+            out = attn.attend(
+                q, k, v, allowed, scale=consts["scale"], softcap=spec.attn_softcap, sinks=sinks
+            )
             return out, None
 
         x, _ = _block(spec, p, x, cos=cos, sin=sin, attend_fn=attend_fn)
         return x, None
 
-    x, _ = jax.lax.scan(body, x, (params["layers"], _layer_constants(spec)))
+    for stack, consts, _ in _stacks(spec, params, _layer_constants(spec)):
+        x, _ = jax.lax.scan(body, x, (stack, consts))
     return norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
 
 
@@ -216,15 +239,22 @@ def _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, inde
                 window=consts["window"] if windowed else None,
                 scale=consts["scale"], softcap=spec.attn_softcap, block=backend.cache_block,
                 new_block=new_block, new_valid=new_valid, backend=backend,
+                sinks=p["attn"].get("sinks"),
             )  # fmt: skip
             return out, (k.astype(cache.k.dtype), v.astype(cache.v.dtype))
 
         return _block(spec, p, x, cos=cos, sin=sin, attend_fn=attend_fn)
 
-    layers = jnp.arange(spec.num_layers, dtype=jnp.int32)
-    xs = (params["layers"], _layer_constants(spec), layers)
-    x, (k, v) = jax.lax.scan(body, x, xs)  # k, v [L, B, T, G, E]: this call's keys and values
-    return x, k, v
+    ks, vs = [], []
+    for stack, consts, first in _stacks(spec, params, _layer_constants(spec)):
+        n = jax.tree.leaves(stack)[0].shape[0]
+        layers = first + jnp.arange(n, dtype=jnp.int32)
+        x, (k, v) = jax.lax.scan(body, x, (stack, consts, layers))
+        ks.append(k)  # [L', B, T, G, E]: this call's keys and values
+        vs.append(v)
+    if len(ks) == 1:
+        return x, ks[0], vs[0]
+    return x, jnp.concatenate(ks, axis=0), jnp.concatenate(vs, axis=0)
 
 
 def forward_new(

@@ -17,6 +17,8 @@ from typing import Any
 
 from jaxeval.errors import JaxevalError
 from jaxeval.models import hf_weights
+from jaxeval.models.mla import MLASpec
+from jaxeval.models.moe import MoESpec
 from jaxeval.models.rope import DynamicRope, LayerRope, layer_rope
 from jaxeval.models.spec import ModelSpec
 
@@ -89,14 +91,14 @@ def _layer_types(cfg: Any, model_type: str) -> list[str]:
     window = getattr(cfg, "sliding_window", None)
     if not window:
         return ["full_attention"] * n
-    if model_type in ("mistral", "phi3", "starcoder2"):
+    if model_type in ("mistral", "phi3", "starcoder2", "mixtral", "qwen3_moe"):
         return ["sliding_attention"] * n
     if model_type == "gemma2":  # even layers slide
         return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
     if model_type == "gemma3_text":
         pattern = _get(cfg, "sliding_window_pattern", "_sliding_window_pattern", default=6)
         return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
-    if model_type in ("qwen2", "qwen3") and getattr(cfg, "use_sliding_window", False):
+    if model_type in ("qwen2", "qwen3", "qwen2_moe") and getattr(cfg, "use_sliding_window", False):
         first = _get(cfg, "max_window_layers", default=n)
         return ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
     return ["full_attention"] * n
@@ -392,6 +394,177 @@ def build_gpt_neox(cfg: Any, compute_dtype: str) -> ModelSpec:
     )
 
 
+def _moe_layers(cfg: Any, model_type: str) -> int:
+    """The number of leading dense-MLP layers of an MoE config (the rest must all be MoE)."""
+    n = cfg.num_hidden_layers
+    if model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe"):
+        k = int(_get(cfg, "first_k_dense_replace", default=0))
+        if int(_get(cfg, "moe_layer_freq", default=1)) != 1:
+            raise JaxevalError(f"{model_type} with moe_layer_freq != 1 is not supported")
+    elif model_type in ("qwen2_moe", "qwen3_moe"):
+        step = int(_get(cfg, "decoder_sparse_step", default=1))
+        dense = [i for i in range(n) if i in set(cfg.mlp_only_layers or ()) or (i + 1) % step]
+        k = len(dense)
+        if dense != list(range(k)):
+            raise JaxevalError(
+                f"{model_type} with dense MLP layers {dense} is not supported",
+                hint="only a run of dense layers at the start (mlp_only_layers=[0..k-1], "
+                "decoder_sparse_step=1) loads",
+            )
+    else:
+        k = 0
+    if k >= n:
+        raise JaxevalError(f"{model_type} config has no MoE layer ({k} dense of {n} layers)")
+    return k
+
+
+def moe_spec(cfg: Any) -> MoESpec:
+    """The routing and expert shapes of an MoE config (semantics per family: `moe.py`)."""
+    t = cfg.model_type
+    k = int(cfg.num_experts_per_tok)
+    if t in ("mixtral", "granitemoe", "gpt_oss"):
+        x = int(cfg.num_local_experts)
+    elif t in ("deepseek_v2", "deepseek_v3", "glm4_moe"):
+        x = int(cfg.n_routed_experts)
+    else:
+        x = int(cfg.num_experts)
+    f = int(_get(cfg, "moe_intermediate_size", default=cfg.intermediate_size))
+    act = cfg.hidden_act
+    if t == "mixtral":
+        return MoESpec(
+            num_experts=x, top_k=k, expert_size=f, norm_topk_prob=True, activation=act,
+            router_dtype="hidden", weight_dtype="float32",
+        )  # fmt: skip
+    if t in ("qwen2_moe", "qwen3_moe", "olmoe"):
+        shared = (
+            int(_get(cfg, "shared_expert_intermediate_size", default=0)) if t == "qwen2_moe" else 0
+        )
+        return MoESpec(
+            num_experts=x, top_k=k, expert_size=f, activation=act,
+            norm_topk_prob=bool(getattr(cfg, "norm_topk_prob", False)),
+            shared_size=shared, shared_gate=bool(shared),
+            router_dtype="hidden", weight_dtype="hidden",
+        )  # fmt: skip
+    if t == "granitemoe":
+        return MoESpec(
+            num_experts=x, top_k=k, expert_size=f, activation=act, order="topk_then_softmax",
+            router_dtype="hidden", weight_dtype="hidden",
+        )  # fmt: skip
+    if t == "gpt_oss":
+        return MoESpec(
+            num_experts=x, top_k=k, expert_size=f, order="topk_then_softmax", router_bias=True,
+            expert_bias=True, activation="gpt_oss",
+            swiglu_limit=float(_get(cfg, "swiglu_limit", default=7.0)),
+            router_dtype="hidden", weight_dtype="hidden",
+        )  # fmt: skip
+    shared = int(_get(cfg, "n_shared_experts", default=0) or 0) * f
+    scaling = float(_get(cfg, "routed_scaling_factor", default=1.0))
+    if t == "deepseek_v2":
+        grouped = _get(cfg, "topk_method", default="greedy") == "group_limited_greedy"
+        return MoESpec(
+            num_experts=x, top_k=k, expert_size=f, activation=act, routed_scaling_factor=scaling,
+            n_group=int(cfg.n_group) if grouped else 1,
+            topk_group=int(cfg.topk_group) if grouped else 1, group_score="max",
+            shared_size=shared, router_dtype="float32", weight_dtype="float32",
+        )  # fmt: skip
+    return MoESpec(  # deepseek_v3, glm4_moe
+        num_experts=x, top_k=k, expert_size=f, activation=act, scoring="sigmoid",
+        norm_topk_prob=bool(getattr(cfg, "norm_topk_prob", True)), routed_scaling_factor=scaling,
+        n_group=int(_get(cfg, "n_group", default=1)), topk_group=int(_get(cfg, "topk_group", default=1)),
+        group_score="top2_sum", correction_bias=True, shared_size=shared,
+        router_dtype="float32", weight_dtype="float32",
+    )  # fmt: skip
+
+
+def build_moe(cfg: Any, compute_dtype: str) -> ModelSpec:
+    """The Mixture-of-Experts families: Llama-style attention (Mixtral's window, Qwen's biases
+    and q/k norms, OLMoE's q/k norms over all heads, GLM-4.5's partial rotary, gpt-oss's biases,
+    sinks and alternating windows, Granite's multipliers) or DeepSeek's latent attention, and the
+    experts (`moe_spec`) on every layer after the dense ones."""
+    t = cfg.model_type
+    if getattr(cfg, "clip_qkv", None) is not None:
+        raise JaxevalError(f"{t} with clip_qkv is not supported")
+    dense_layers = _moe_layers(cfg, t)
+    moe = moe_spec(cfg)
+    if t in ("deepseek_v2", "deepseek_v3"):
+        spec = build_llama_like(_WithType(cfg, "llama"), compute_dtype)
+        return _mla(cfg, spec, moe, dense_layers)
+    base = build_granite if t == "granitemoe" else build_llama_like
+    spec = base(_WithType(cfg, t), compute_dtype)
+    changes: dict[str, Any] = {"moe": moe, "dense_layers": dense_layers}
+    if t == "olmoe":  # q/k norms over all heads, ordinary pre-norm layers
+        changes.update(qk_norm="heads")
+    elif t == "qwen2_moe":
+        changes.update(qkv_bias=bool(getattr(cfg, "qkv_bias", True)), o_bias=False)
+    elif t == "qwen3_moe":
+        changes.update(qk_norm="head")
+    elif t == "glm4_moe":
+        partial = rope_parameters(cfg).get(
+            "partial_rotary_factor", _get(cfg, "partial_rotary_factor", default=1.0)
+        )
+        rope, dynamic = _rope_tables(cfg, _layer_types(cfg, t), int(spec.head_dim * partial))
+        changes.update(
+            rope=rope,
+            dynamic_rope=dynamic,
+            qk_norm="head" if cfg.use_qk_norm else None,
+            o_bias=False,
+        )
+    elif t == "gpt_oss":
+        changes.update(attn_sinks=True, qkv_bias=True, o_bias=True)
+    changes["intermediate_size"] = int(_get(cfg, "intermediate_size", default=moe.expert_size))
+    return dataclasses.replace(spec, **changes)
+
+
+def _mla(cfg: Any, spec: ModelSpec, moe: MoESpec, dense_layers: int) -> ModelSpec:
+    """DeepSeek-V2/V3: latent attention (`mla.py`), its rope over qk_rope_head_dim features, the
+    softmax scale with YaRN's mscale folded in (as transformers' `yarn_apply_mscale`)."""
+    rope_dim, nope_dim = int(cfg.qk_rope_head_dim), int(cfg.qk_nope_head_dim)
+    head_dim = rope_dim + nope_dim
+    n = cfg.num_hidden_layers
+    rope, dynamic = _rope_tables(cfg, ["full_attention"] * n, rope_dim)
+    scale = head_dim**-0.5
+    params = rope_parameters(cfg)
+    if params.get("rope_type", "default") != "default" and params.get("mscale_all_dim"):
+        factor = float(params["factor"])
+        mscale = (
+            0.1 * float(params["mscale_all_dim"]) * math.log(factor) + 1.0 if factor > 1 else 1.0
+        )
+        scale = scale * mscale * mscale
+    mla = MLASpec(
+        q_lora_rank=int(cfg.q_lora_rank or 0),
+        kv_lora_rank=int(cfg.kv_lora_rank),
+        rope_dim=rope_dim,
+        nope_dim=nope_dim,
+        v_dim=int(cfg.v_head_dim),
+    )
+    return dataclasses.replace(
+        spec,
+        model_type=cfg.model_type,
+        num_kv_heads=spec.num_heads,
+        head_dim=head_dim,
+        qkv_bias=False,
+        o_bias=False,
+        qk_norm=None,
+        rope=rope,
+        dynamic_rope=dynamic,
+        attn_scale=(scale,) * n,
+        mla=mla,
+        moe=moe,
+        dense_layers=dense_layers,
+    )
+
+
+class _WithType:
+    """A config read through another model_type's builder (attributes pass through)."""
+
+    def __init__(self, cfg: Any, model_type: str):
+        self._cfg = cfg
+        self.model_type = model_type
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cfg, name)
+
+
 def _text_config(cfg: Any) -> Any:
     text = getattr(cfg, "text_config", None)
     if text is None:
@@ -452,6 +625,22 @@ FAMILIES: dict[str, Family] = {
     "falcon": Family(
         build=build_falcon, weights=hf_weights.falcon, aliases=hf_weights.KEY_ALIASES["falcon"]
     ),
+    **{
+        t: Family(
+            build=build_moe, weights=hf_weights.moe, aliases=hf_weights.KEY_ALIASES["llama_like"]
+        )
+        for t in (
+            "mixtral",
+            "qwen2_moe",
+            "qwen3_moe",
+            "olmoe",
+            "granitemoe",
+            "gpt_oss",
+            "deepseek_v2",
+            "deepseek_v3",
+            "glm4_moe",
+        )  # fmt: skip
+    },
     "gpt2": Family(
         build=build_gpt2, weights=hf_weights.gpt2, aliases=hf_weights.KEY_ALIASES["gpt2"]
     ),

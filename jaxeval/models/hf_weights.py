@@ -24,10 +24,16 @@ Convert = Callable[[np.ndarray], np.ndarray]
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Source:
-    """One canonical leaf's origin: HF tensor name (`{i}` = layer) and HF -> canonical conversion."""
+    """One canonical leaf's origin: HF tensor name and HF -> canonical conversion.
+
+    In the name, `{i}` is the layer (the stack's j-th layer is HF layer `first_layer + j`) and
+    `{e}` the expert: a leaf [L, X, ...] of an MoE layer read expert by expert, `convert` applied
+    to each expert's tensor.
+    """
 
     key: str
     convert: Convert | None = None
+    first_layer: int = 0
 
 
 TRANSPOSE_ROWS = 64  # rows per strip in `transpose`
@@ -396,6 +402,138 @@ def falcon(spec) -> dict[str, Any]:
     }
     if not spec.tie_embeddings:
         tree["lm_head"] = Source(key="lm_head.weight")
+    return tree
+
+
+def expert_slice(start: int, stop: int, then: Convert | None = None) -> Convert:
+    """Columns start:stop of the last axis (fused experts [X, ..., 2F]), then `then`."""
+    return lambda w: (then or np.ascontiguousarray)(w[..., start:stop])
+
+
+def every_other(first: int) -> Convert:
+    """Features first, first + 2, ... of the last axis (gpt-oss's interleaved gate/up columns)."""
+    return lambda w: np.ascontiguousarray(w[..., first::2])
+
+
+def swap_last(w: np.ndarray) -> np.ndarray:
+    """[X, a, b] -> [X, b, a] (fused experts stored as torch Linear weights, one per expert)."""
+    return np.ascontiguousarray(np.swapaxes(w, -1, -2))
+
+
+def _first_layer(tree: Any, first: int) -> Any:
+    """Every `{i}` source of `tree` read from HF layer `first + j` for the stack's j-th layer."""
+    if isinstance(tree, Source):
+        return dataclasses.replace(tree, first_layer=first) if "{i}" in tree.key else tree
+    return {name: _first_layer(sub, first) for name, sub in tree.items()}
+
+
+def _experts(spec, prefix: str, names: dict[str, str]) -> dict[str, Source]:
+    """Per-expert torch Linear weights `prefix.experts.{e}.<name>.weight` -> gate/up [D, F] and
+    down [F, D] for every expert."""
+    return {
+        ours: Source(key=f"{prefix}experts.{{e}}.{theirs}.weight", convert=linear)
+        for ours, theirs in names.items()
+    }
+
+
+def moe(spec) -> dict[str, Any]:
+    """The MoE families: the attention and norms of `llama_like` (or `mla_attention`) with the
+    experts of each family's checkpoint names, and the dense first layers when there are some."""
+    m = spec.moe
+    tree = llama_like(spec) if spec.mla is None else _mla_tree(spec)
+    layer = "model.layers.{i}."
+    t = spec.model_type
+    if t == "mixtral":
+        b = layer + "block_sparse_moe."
+        experts = {
+            "router": Source(key=b + "gate.weight", convert=linear),
+            **_experts(spec, b, {"gate": "w1", "up": "w3", "down": "w2"}),
+        }
+    elif t == "granitemoe":
+        b, f = layer + "block_sparse_moe.", m.expert_size
+        gate_up = b + "input_linear.weight"  # [X, 2F, D]: rows [gate | up]
+        experts = {
+            "router": Source(key=b + "router.layer.weight", convert=linear),
+            "gate": Source(key=gate_up, convert=lambda w: swap_last(w[:, :f])),
+            "up": Source(key=gate_up, convert=lambda w: swap_last(w[:, f:])),
+            "down": Source(key=b + "output_linear.weight", convert=swap_last),
+        }
+    elif t == "gpt_oss":
+        b = layer + "mlp."
+        experts = {
+            "router": Source(key=b + "router.weight", convert=linear),
+            "router_bias": Source(key=b + "router.bias"),
+            # [X, D, 2F] with gate and up interleaved column by column
+            "gate": Source(key=b + "experts.gate_up_proj", convert=every_other(0)),
+            "up": Source(key=b + "experts.gate_up_proj", convert=every_other(1)),
+            "down": Source(key=b + "experts.down_proj"),
+            "gate_bias": Source(key=b + "experts.gate_up_proj_bias", convert=every_other(0)),
+            "up_bias": Source(key=b + "experts.gate_up_proj_bias", convert=every_other(1)),
+            "down_bias": Source(key=b + "experts.down_proj_bias"),
+        }
+    else:  # qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, glm4_moe
+        b = layer + "mlp."
+        experts = {
+            "router": Source(key=b + "gate.weight", convert=linear),
+            **_experts(spec, b, {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}),
+        }
+        if m.correction_bias:
+            experts["correction_bias"] = Source(key=b + "gate.e_score_correction_bias")
+        if m.shared_size:
+            shared = b + ("shared_expert." if t == "qwen2_moe" else "shared_experts.")
+            experts["shared"] = {
+                name: Source(key=shared + f"{name}_proj.weight", convert=linear)
+                for name in ("gate", "up", "down")
+            }
+        if m.shared_gate:
+            experts["shared_gate"] = Source(key=b + "shared_expert_gate.weight", convert=linear)
+    if spec.attn_sinks:
+        tree["layers"]["attn"]["sinks"] = Source(key=layer + "self_attn.sinks")
+    layers = tree["layers"]
+    expert_layers = {name: sub for name, sub in layers.items() if name != "mlp"}
+    expert_layers["moe"] = experts
+    tree["layers"] = _first_layer(expert_layers, spec.dense_layers)
+    if spec.dense_layers:
+        tree["dense_layers"] = layers  # `mlp` under the Llama names, HF layers 0..k-1
+    return tree
+
+
+def _mla_tree(spec) -> dict[str, Any]:
+    """DeepSeek-V2/V3: `llama_like`'s norms and MLP with the latent attention's projections
+    (`jaxeval.models.mla`): heads reordered rope part first, the rope features de-interleaved."""
+    m = spec.mla
+    H, En, Er, Ev, R = spec.num_heads, m.nope_dim, m.rope_dim, m.v_dim, m.kv_lora_rank
+    a = "model.layers.{i}.self_attn."
+    order = deinterleave(Er)
+
+    def q_heads(w: np.ndarray) -> np.ndarray:  # torch [H*(En+Er), in] -> [in, H, Er+En]
+        q = transpose(w).reshape(w.shape[1], H, En + Er)
+        return np.ascontiguousarray(np.concatenate([order(q[..., En:]), q[..., :En]], -1))
+
+    def kv_b(part: int) -> Convert:  # [H*(En+Ev), R] -> k_b [R, H, En] or v_b [R, H, Ev]
+        def convert(w: np.ndarray) -> np.ndarray:
+            kv = transpose(w).reshape(R, H, En + Ev)
+            return np.ascontiguousarray(kv[..., :En] if part == 0 else kv[..., En:])
+
+        return convert
+
+    kv_a = a + "kv_a_proj_with_mqa.weight"  # rows [latent R | rope key Er]
+    attn: dict[str, Any] = {
+        "kv_a": Source(key=kv_a, convert=rows(0, R, linear)),
+        "k_rope": Source(key=kv_a, convert=rows(R, R + Er, then(linear, order))),
+        "kv_a_norm": {"scale": Source(key=a + "kv_a_layernorm.weight")},
+        "k_b": Source(key=a + "kv_b_proj.weight", convert=kv_b(0)),
+        "v_b": Source(key=a + "kv_b_proj.weight", convert=kv_b(1)),
+        "o": Source(key=a + "o_proj.weight", convert=linear_out_heads(H, Ev)),
+    }
+    if m.q_lora_rank:
+        attn["q_a"] = Source(key=a + "q_a_proj.weight", convert=linear)
+        attn["q_a_norm"] = {"scale": Source(key=a + "q_a_layernorm.weight")}
+        attn["q_b"] = Source(key=a + "q_b_proj.weight", convert=q_heads)
+    else:
+        attn["q"] = Source(key=a + "q_proj.weight", convert=q_heads)
+    tree = llama_like(dataclasses.replace(spec, qk_norm=None, qkv_bias=False, o_bias=False))
+    tree["layers"]["attn"] = attn
     return tree
 
 

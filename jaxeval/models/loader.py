@@ -34,6 +34,7 @@ from jaxeval.models.checkpoint import CheckpointReader
 from jaxeval.models.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
 from jaxeval.models.gguf_file import GGUFFile
 from jaxeval.models.hf_weights import Source
+from jaxeval.models.moe import select_experts
 from jaxeval.models.params import ParamInfo, is_info, param_layout
 from jaxeval.models.sharding import logical_sharding
 from jaxeval.models.spec import ModelSpec
@@ -60,6 +61,19 @@ class LoadedModel:
     path: str
     mesh: Mesh
     gguf_file: str | None = None
+
+
+def with_backends(
+    spec: ModelSpec, mesh: Mesh, attention: str | None = None, experts: str | None = None
+) -> ModelSpec:
+    """`spec` with the attention backend (`select_attention`) and, for a Mixture of Experts, the
+    expert backend (`moe.select_experts`) for `mesh`; the settings None read the environment."""
+    spec = dataclasses.replace(spec, attention=select_attention(mesh, attention))
+    if spec.moe is not None:
+        spec = dataclasses.replace(
+            spec, moe=dataclasses.replace(spec.moe, experts=select_experts(mesh, experts))
+        )
+    return spec
 
 
 def _dtype_name(name: str | None, raw_config: dict[str, Any], *, what: str) -> str:
@@ -127,7 +141,7 @@ def _check_supported(raw: dict[str, Any], path: str, trust_remote_code: bool) ->
 
 
 def _resolve_keys(
-    reader: CheckpointReader, family: Family, sources: Any, spec: ModelSpec, path: str
+    reader: CheckpointReader, family: Family, sources: Any, layout: Any, spec: ModelSpec, path: str
 ) -> Any:
     """Replaces each Source key by the name actually present (trying the family's aliases)."""
 
@@ -143,16 +157,24 @@ def _resolve_keys(
             hint=f"check that the weights match config.json (model_type {spec.model_type!r})",
         )
 
-    def fix(source: Source) -> Source:
+    def fix(info: ParamInfo, source: Source) -> Source:
         if "{i}" not in source.key:
             return dataclasses.replace(source, key=resolve(source.key))
-        keys = [resolve(source.key.format(i=i)) for i in range(spec.num_layers)]
-        template = keys[0].replace(".0.", ".{i}.", 1) if ".0." in keys[0] else keys[0]
-        if [template.format(i=i) for i in range(spec.num_layers)] != keys:
-            raise JaxevalError(f"inconsistent layer tensor names for {source.key!r}", file=path)
+        layers = range(source.first_layer, source.first_layer + info.shape[0])
+        experts = range(info.shape[1]) if "{e}" in source.key else range(1)
+        first = resolve(source.key.format(i=layers[0], e=0))
+        prefix = source.key.split("{i}")[0]  # the alias replaces the part before the layer
+        new_prefix = first[: len(first) - len(source.key.format(i=layers[0], e=0)) + len(prefix)]
+        template = new_prefix + source.key[len(prefix) :]
+        for i in layers:  # every layer's (and expert's) tensor is there under the same spelling
+            for e in experts:
+                name = template.format(i=i, e=e)
+                if name not in reader:
+                    resolve(source.key.format(i=i, e=e))  # raises: missing
+                    raise JaxevalError(f"inconsistent layer tensor names for {name!r}", file=path)
         return dataclasses.replace(source, key=template)
 
-    return jax.tree.map(fix, sources, is_leaf=lambda x: isinstance(x, Source))
+    return jax.tree.map(fix, layout, sources, is_leaf=is_info)
 
 
 def _load_leaf(
@@ -183,15 +205,41 @@ def _load_leaf(
             )
         return full[index]
 
+    def expert_piece(i: int, index: tuple[slice, ...]) -> np.ndarray:
+        """Layer i's experts in index[0] (one tensor each), the rest of `index` applied."""
+        experts = range(expected[0])[index[0]]
+        out = None
+        for j, e in enumerate(experts):
+            w = reader.read(source.key.format(i=i, e=e))
+            full = w if source.convert is None else source.convert(w)
+            if tuple(full.shape) != expected[1:]:
+                raise JaxevalError(
+                    f"tensor {source.key.format(i=i, e=e)!r} has shape {w.shape}, which does not "
+                    f"convert to the expected {expected[1:]}",
+                    file=path,
+                    hint="check that the weights match config.json",
+                )
+            part = full[index[1:]]
+            if out is None:
+                out = np.empty((len(experts), *part.shape), dtype)
+            out[j] = part
+        return out
+
     def callback(index: tuple[slice, ...]) -> np.ndarray:
         index = tuple(index)
         if not stacked:
             return np.asarray(piece(source.key, index), dtype=dtype)
-        layers = range(info.shape[0])[index[0]]
+        layers = range(source.first_layer, source.first_layer + info.shape[0])[index[0]]
         out = None
         into = getattr(source.convert, "into", None)
         whole = all(s.indices(n) == (0, n, 1) for s, n in zip(index[1:], expected, strict=True))
         for j, i in enumerate(layers):  # fill one preallocated shard, one layer at a time
+            if "{e}" in source.key:
+                part = expert_piece(i, index[1:])
+                if out is None:
+                    out = np.empty((len(layers), *part.shape), dtype)
+                out[j] = part
+                continue
             key = source.key.format(i=i)
             if into is not None and whole and out is not None and into(reader.read(key), out[j]):
                 continue  # converted in place: no temporary copy (else checked below)
@@ -261,15 +309,15 @@ def load_model(
 
     family = FAMILIES[model_type]
     mesh = single_device_mesh() if mesh is None else mesh
-    backend = select_attention(mesh, attention)
-    spec = dataclasses.replace(family.build(hf_config, compute), attention=backend)
+    spec = with_backends(family.build(hf_config, compute), mesh, attention)
 
     layout = param_layout(spec)
-    sources = _resolve_keys(reader, family, family.weights(spec), spec, path)
+    sources = family.weights(spec)
     if jax.tree.structure(layout, is_leaf=is_info) != jax.tree.structure(
         sources, is_leaf=lambda x: isinstance(x, Source)
     ):
         raise AssertionError(f"weight map of {model_type} does not match its parameter layout")
+    sources = _resolve_keys(reader, family, sources, layout, spec, path)
 
     np_dtype = STORAGE_DTYPES[storage]
 

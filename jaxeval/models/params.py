@@ -12,33 +12,31 @@ leading L axis so the decoder scans over layers:
                  q_bias [L, H, E]  k_bias, v_bias [L, G, E]  o_bias [L, D]
                  q_norm, k_norm {scale [L, E]} (per head) or {scale [L, H|G, E]} (per_head, heads)
     layers/mlp   up [L, D, F]  gate [L, D, F] (gated)  down [L, F, D]  up_bias, gate_bias [L, F]  down_bias [L, D]
+                 sinks [L, H] (gpt-oss attention sinks)
+    layers/moe   the experts instead of the MLP (`moe.moe_param_layout`)
+    layers/attn  MLA's latent projections instead of q, k, v (`mla.mla_param_layout`)
+    dense_layers the first `spec.dense_layers` layers of an MoE model, with `mlp` (same keys)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from jaxeval.models.mla import mla_param_layout
+from jaxeval.models.moe import moe_param_layout
+from jaxeval.models.param_info import ParamInfo, is_info
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ParamInfo:
-    """One leaf: its global shape and one logical axis name per dimension (see `sharding.py`)."""
-
-    shape: tuple[int, ...]
-    axes: tuple[str, ...]
-
-    def __post_init__(self):
-        if len(self.shape) != len(self.axes):
-            raise ValueError(f"shape {self.shape} and axes {self.axes} differ in rank")
+__all__ = ["ParamInfo", "abstract_params", "init_params", "is_info", "param_count", "param_layout"]
 
 
-def _norm(spec, stacked: bool, width: int, width_axis: str = "norm") -> dict[str, ParamInfo]:
-    lead = (spec.num_layers,) if stacked else ()
-    lead_axes = ("layers",) if stacked else ()
+def _norm(spec, stacked: int | bool, width: int, width_axis: str = "norm") -> dict[str, ParamInfo]:
+    """A norm's scale (and bias); `stacked` = the number of stacked layers (False: not stacked)."""
+    lead = (int(stacked),) if stacked is not False else ()
+    lead_axes = ("layers",) if stacked is not False else ()
     out = {"scale": ParamInfo(shape=(*lead, width), axes=(*lead_axes, width_axis))}
     if spec.norm == "layer":  # "layer_nobias" (Cohere) has a scale only
         out["bias"] = ParamInfo(shape=(*lead, width), axes=(*lead_axes, width_axis))
@@ -46,16 +44,32 @@ def _norm(spec, stacked: bool, width: int, width_axis: str = "norm") -> dict[str
 
 
 def param_layout(spec) -> dict[str, Any]:
-    """The nested dict of `ParamInfo` for this model (keys as in the module docstring)."""
-    L, D, H, G, E, F, V = (
-        spec.num_layers,
-        spec.hidden_size,
-        spec.num_heads,
-        spec.num_kv_heads,
-        spec.head_dim,
-        spec.intermediate_size,
-        spec.vocab_size,
-    )
+    """The nested dict of `ParamInfo` for this model (keys as in the module docstring).
+
+    A Mixture-of-Experts model whose first k layers keep the dense MLP (`spec.dense_layers`) has
+    two stacks: `dense_layers` (layers 0..k-1, with `mlp`) and `layers` (k..L-1, with `moe`).
+    """
+    D, V, k = spec.hidden_size, spec.vocab_size, spec.dense_layers
+    tree: dict[str, Any] = {
+        "embed": ParamInfo(shape=(V, D), axes=("vocab", "embed")),
+        "layers": layer_layout(spec, spec.num_layers - k, moe=spec.moe is not None),
+        "final_norm": _norm(spec, False, D),
+    }
+    if k:
+        tree["dense_layers"] = layer_layout(spec, k, moe=False)
+    if spec.learned_positions:
+        tree["pos_embed"] = ParamInfo(
+            shape=(spec.max_position_embeddings, D), axes=("positions", "embed")
+        )
+    if not spec.tie_embeddings:
+        tree["lm_head"] = ParamInfo(shape=(V, D), axes=("vocab", "embed"))
+    return tree
+
+
+def _attention_layout(spec, L: int) -> dict[str, Any]:
+    if spec.mla is not None:
+        return mla_param_layout(spec, L)
+    D, H, G, E = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
     attn: dict[str, Any] = {
         "q": ParamInfo(shape=(L, D, H, E), axes=("layers", "embed", "heads", "head_dim")),
         "k": ParamInfo(shape=(L, D, G, E), axes=("layers", "embed", "kv_heads", "head_dim")),
@@ -69,14 +83,21 @@ def param_layout(spec) -> dict[str, Any]:
     if spec.o_bias:
         attn["o_bias"] = ParamInfo(shape=(L, D), axes=("layers", "norm"))
     if spec.qk_norm == "head":
-        attn["q_norm"] = _norm(spec, True, E, "head_dim")
-        attn["k_norm"] = _norm(spec, True, E, "head_dim")
+        attn["q_norm"] = _norm(spec, L, E, "head_dim")
+        attn["k_norm"] = _norm(spec, L, E, "head_dim")
     elif spec.qk_norm in ("heads", "per_head"):  # scales kept as [L, H, E]: one norm over all
         # heads ("heads"), or one norm per head with its own scale ("per_head")
         attn["q_norm"] = {"scale": ParamInfo(shape=(L, H, E), axes=("layers", "heads", "head_dim"))}
         attn["k_norm"] = {
             "scale": ParamInfo(shape=(L, G, E), axes=("layers", "kv_heads", "head_dim"))
         }
+    if spec.attn_sinks:
+        attn["sinks"] = ParamInfo(shape=(L, H), axes=("layers", "heads"))
+    return attn
+
+
+def _mlp_layout(spec, L: int) -> dict[str, Any]:
+    D, F = spec.hidden_size, spec.intermediate_size
     mlp: dict[str, Any] = {
         "up": ParamInfo(shape=(L, D, F), axes=("layers", "embed", "mlp")),
         "down": ParamInfo(shape=(L, F, D), axes=("layers", "mlp", "embed")),
@@ -88,30 +109,25 @@ def param_layout(spec) -> dict[str, Any]:
         mlp["down_bias"] = ParamInfo(shape=(L, D), axes=("layers", "norm"))
         if spec.mlp == "gated":
             mlp["gate_bias"] = ParamInfo(shape=(L, F), axes=("layers", "mlp"))
-    layers: dict[str, Any] = {"attn": attn, "mlp": mlp}
+    return mlp
+
+
+def layer_layout(spec, L: int, *, moe: bool) -> dict[str, Any]:
+    """One stack of `L` decoder layers: attention, norms, and the dense MLP or the experts."""
+    D = spec.hidden_size
+    layers: dict[str, Any] = {"attn": _attention_layout(spec, L)}
+    if moe:
+        layers["moe"] = moe_param_layout(spec.moe, D, L)
+    else:
+        layers["mlp"] = _mlp_layout(spec, L)
     if spec.residual != "post_norm":
-        layers["attn_norm"] = _norm(spec, True, D)
+        layers["attn_norm"] = _norm(spec, L, D)
         if spec.residual != "parallel_shared":  # Cohere, Falcon-7B: one norm feeds both
-            layers["mlp_norm"] = _norm(spec, True, D)
+            layers["mlp_norm"] = _norm(spec, L, D)
     if spec.sandwich_norms or spec.residual == "post_norm":
-        layers["post_attn_norm"] = _norm(spec, True, D)
-        layers["post_mlp_norm"] = _norm(spec, True, D)
-    tree: dict[str, Any] = {
-        "embed": ParamInfo(shape=(V, D), axes=("vocab", "embed")),
-        "layers": layers,
-        "final_norm": _norm(spec, False, D),
-    }
-    if spec.learned_positions:
-        tree["pos_embed"] = ParamInfo(
-            shape=(spec.max_position_embeddings, D), axes=("positions", "embed")
-        )
-    if not spec.tie_embeddings:
-        tree["lm_head"] = ParamInfo(shape=(V, D), axes=("vocab", "embed"))
-    return tree
-
-
-def is_info(x: Any) -> bool:
-    return isinstance(x, ParamInfo)
+        layers["post_attn_norm"] = _norm(spec, L, D)
+        layers["post_mlp_norm"] = _norm(spec, L, D)
+    return layers
 
 
 def abstract_params(spec, dtype: Any = jnp.float32) -> dict[str, Any]:

@@ -28,6 +28,11 @@ LOGICAL_AXIS_RULES: dict[str, str | None] = {
     "kv_heads": "model",
     "head_dim": None,
     "mlp": "model",
+    # Mixture of Experts: whole experts per device (expert parallelism) when the expert count
+    # divides the model axis, else each expert's intermediate features split (tensor parallelism)
+    "experts": "model",
+    "expert_mlp": "model",
+    "lora": None,  # MLA's latent features: small, each device holds them all
     "layers": None,  # scanned over: never split
     "norm": None,
     "positions": None,

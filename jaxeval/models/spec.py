@@ -23,10 +23,13 @@ from typing import Any
 import jax
 
 from jaxeval.models import decoder
+from jaxeval.models import mla as mla_lib
 from jaxeval.models import params as params_lib
 from jaxeval.models.attention_backend import XLA, XlaAttention
 from jaxeval.models.contract import KVCache
 from jaxeval.models.layers import ACTIVATIONS, MLP_KINDS, NORM_KINDS
+from jaxeval.models.mla import MLASpec
+from jaxeval.models.moe import MoESpec
 from jaxeval.models.rope import DynamicRope, LayerRope
 
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
@@ -75,6 +78,12 @@ class ModelSpec:
     final_softcap: float | None = None
     embed_scale: float | None = None  # Gemma: sqrt(D)
     compute_dtype: str = "float32"
+    # Mixture of Experts (`jaxeval.models.moe`): the feed-forward of every layer after the first
+    # `dense_layers` (DeepSeek / GLM-4.5 `first_k_dense_replace`), which keep the dense MLP
+    moe: MoESpec | None = None
+    dense_layers: int = 0
+    mla: MLASpec | None = None  # DeepSeek's multi-head latent attention (`jaxeval.models.mla`)
+    attn_sinks: bool = False  # gpt-oss: a learned logit per head in every softmax's denominator
     # how attention runs (`jaxeval.models.attention_backend`): XLA's loops unless the model was
     # given a platform's backend for its mesh (`JaxLM` does, with `select_attention`)
     attention: XlaAttention = XLA
@@ -105,6 +114,10 @@ class ModelSpec:
             problems.append(f"rope_layers has {len(self.rope_layers)} entries for {L} layers")
         if self.rope and len(self.rope) != L:
             problems.append(f"rope has {len(self.rope)} entries for {L} layers")
+        if self.dense_layers and (self.moe is None or not 0 < self.dense_layers < L):
+            problems.append(f"dense_layers {self.dense_layers} needs moe and fewer than {L} layers")
+        if self.mla is not None:
+            problems.extend(mla_lib.check(self))
         if problems:
             raise ValueError("invalid ModelSpec: " + "; ".join(problems))
 

@@ -21,6 +21,17 @@ from typing import Any
 
 from jaxeval.tiny import train_tokenizer
 
+MOE_FAMILIES = (
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "olmoe",
+    "granitemoe",
+    "gpt_oss",
+    "deepseek_v2",
+    "deepseek_v3",
+    "glm4_moe",
+)
 FAMILIES = (
     "llama",
     "llama3_rope",
@@ -43,6 +54,7 @@ FAMILIES = (
     "starcoder2",
     "falcon",
     "falcon_mqa",
+    *MOE_FAMILIES,
 )
 TOKENIZER_STYLE = {"gpt2": "gpt2", "gpt_neox": "gpt2"}  # others: llama-style, BOS added
 WINDOW = 8
@@ -183,6 +195,8 @@ def _config(family: str, vocab: int, bos: int, eos: int, overrides: dict[str, An
         else:  # Falcon-7B style: one kv head, one norm feeding both branches
             kw.update(new_decoder_architecture=False, multi_query=True, parallel_attn=True)
         family = "falcon"
+    elif family in MOE_FAMILIES:
+        kw = dict(common, **_moe_config(family))
     elif family == "gpt2":
         kw = dict(
             vocab_size=vocab,
@@ -228,12 +242,77 @@ def _config(family: str, vocab: int, bos: int, eos: int, overrides: dict[str, An
         "cohere2": tr.Cohere2Config,
         "starcoder2": tr.Starcoder2Config,
         "falcon": tr.FalconConfig,
+        "mixtral": tr.MixtralConfig,
+        "qwen2_moe": tr.Qwen2MoeConfig,
+        "qwen3_moe": tr.Qwen3MoeConfig,
+        "olmoe": tr.OlmoeConfig,
+        "granitemoe": tr.GraniteMoeConfig,
+        "gpt_oss": tr.GptOssConfig,
+        "deepseek_v2": tr.DeepseekV2Config,
+        "deepseek_v3": tr.DeepseekV3Config,
+        "glm4_moe": tr.Glm4MoeConfig,
     }
     return classes[family](**kw)
 
 
+def _moe_config(family: str) -> dict[str, Any]:
+    """8 experts, 2 per token, width 32; shared experts, groups, biases, dense first layers, latent
+    attention and sinks where the family has them."""
+    experts = dict(num_experts_per_tok=2)
+    if family in ("mixtral", "granitemoe", "gpt_oss"):
+        experts.update(num_local_experts=8, intermediate_size=32)
+    elif family in ("qwen2_moe", "qwen3_moe", "olmoe"):
+        experts.update(num_experts=8, norm_topk_prob=family != "qwen2_moe")
+        if family == "olmoe":
+            experts.update(intermediate_size=32)
+        else:
+            experts.update(moe_intermediate_size=32)
+    else:  # deepseek_v2, deepseek_v3, glm4_moe: one dense layer first, shared experts, groups
+        experts.update(
+            n_routed_experts=8, moe_intermediate_size=32, n_shared_experts=1,
+            first_k_dense_replace=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+        )  # fmt: skip
+    if family == "qwen2_moe":
+        experts.update(shared_expert_intermediate_size=48)
+    if family == "mixtral":
+        experts.update(sliding_window=WINDOW)
+    if family == "granitemoe":
+        experts.update(
+            embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+            logits_scaling=2.0,
+        )  # fmt: skip
+    if family == "gpt_oss":
+        experts.update(
+            head_dim=16, sliding_window=WINDOW, attention_bias=True,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                "truncate": False, "original_max_position_embeddings": 64, "rope_theta": 150000.0,
+            },
+        )  # fmt: skip
+    if family == "deepseek_v2":  # no q latent (V2-Lite), grouped greedy routing
+        experts.update(
+            num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=24, qk_rope_head_dim=8,
+            qk_nope_head_dim=16, v_head_dim=12, topk_method="group_limited_greedy",
+        )  # fmt: skip
+    if family == "deepseek_v3":
+        experts.update(
+            num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=24, qk_rope_head_dim=8,
+            qk_nope_head_dim=16, v_head_dim=12,
+        )  # fmt: skip
+    if family == "glm4_moe":
+        experts.update(
+            head_dim=16, use_qk_norm=True, attention_bias=True,
+            rope_parameters={
+                "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+            },
+        )  # fmt: skip
+    return experts
+
+
 def _reinitialise(model: Any, std: float) -> None:
-    """N(0, std) on every weight and bias; norm scales near 1 (Gemma's (1 + w) norms: w near 0)."""
+    """N(0, std) on every weight and bias; norm scales near 1 (Gemma's (1 + w) norms: w near 0);
+    DeepSeek/GLM's expert-choice correction bias N(0, std) too, so that it changes the choice."""
     import torch
 
     with torch.no_grad():
@@ -246,6 +325,9 @@ def _reinitialise(model: Any, std: float) -> None:
                     p.copy_(centre + 0.1 * torch.randn_like(p))
                 else:
                     p.normal_(0.0, std)
+            for bname, b in module.named_buffers(recurse=False):
+                if bname == "e_score_correction_bias":
+                    b.normal_(0.0, std)
 
 
 def tokenizer_for(family: str, out_dir: str) -> str:
