@@ -46,7 +46,7 @@ from jaxeval.lm.planner import ScorePlan, plan_score_batches
 from jaxeval.lm.scorer import Scorer
 from jaxeval.mesh import batch_shards, local_device, make_mesh, spans_all_processes
 from jaxeval.models import LoadedModel, load_model
-from jaxeval.models.attention_backend import select_attention
+from jaxeval.models.loader import with_backends
 from jaxeval.models.spec import ModelSpec
 from jaxeval.shapes import pow2_at_most
 
@@ -153,7 +153,7 @@ class JaxLM(LM):
         self.config = config
         self.compilation_cache = compile_cache.enable(config.compilation_cache)
         loaded, self.mesh = self._load(config)
-        self.loaded = self._with_attention(loaded, self.mesh, config.attention)
+        self.loaded = self._with_backends(loaded, self.mesh, config.attention, config.experts)
         self._tokenizer = self._make_tokenizer(config, self.loaded.path)
         self.encoder = Encoder(
             self._tokenizer,
@@ -226,15 +226,18 @@ class JaxLM(LM):
         return loaded, mesh
 
     @staticmethod
-    def _with_attention(loaded: LoadedModel, mesh: Mesh, setting: str | None) -> LoadedModel:
-        """Our decoder's spec with the attention backend for `mesh` (`select_attention`: chosen
-        once here, static in every executable's key); another model keeps its own attention."""
+    def _with_backends(
+        loaded: LoadedModel, mesh: Mesh, attention: str | None, experts: str | None
+    ) -> LoadedModel:
+        """Our decoder's spec with the attention (and expert) backends for `mesh`
+        (`loader.with_backends`: chosen once here, static in every executable's key); another
+        model keeps its own."""
         if not isinstance(loaded.spec, ModelSpec):
             return loaded
-        backend = select_attention(mesh, setting)
-        if loaded.spec.attention == backend:
+        spec = with_backends(loaded.spec, mesh, attention, experts)
+        if spec == loaded.spec:
             return loaded
-        return dataclasses.replace(loaded, spec=dataclasses.replace(loaded.spec, attention=backend))
+        return dataclasses.replace(loaded, spec=spec)
 
     def _make_tokenizer(self, config: JaxLMConfig, path: str) -> Any:
         tokenizer, revision, add_bos_token = config.tokenizer, config.revision, config.add_bos_token
@@ -343,6 +346,7 @@ class JaxLM(LM):
             "mesh": dict(self.mesh.shape),
             "compilation_cache": self.compilation_cache,
             "attention": getattr(getattr(spec, "attention", None), "name", "model's own"),
+            "experts": getattr(getattr(getattr(spec, "moe", None), "experts", None), "name", None),
             "scoring_stats": dict(self.totals),
             "generation_stats": self.generator.executables.stats() if self.generator else {},
         }

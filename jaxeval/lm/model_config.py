@@ -40,6 +40,7 @@ GEN_ARGS = {
     "gen_shrink_last_batch": "shrink_last_batch",
 }
 ATTENTION = ("auto", "xla", "cpu")  # `attention_backend.SETTINGS`, named here without importing JAX
+EXPERTS = ("auto", "ragged", "blocked")  # `moe.SETTINGS`
 
 
 def parse_batch_size(batch_size: int | str) -> int | str:
@@ -65,7 +66,8 @@ class JaxLMConfig:
     """Everything `JaxLM` takes. `pretrained` is a checkpoint directory, hub id, `.gguf` path or an
     already loaded `jaxeval.models.LoadedModel`; `mesh` a preset name or a `jax.sharding.Mesh`;
     `tokenizer` a directory or a tokenizer object; `attention` the attention backend (None: the
-    `JAXEVAL_ATTENTION` variable, else `auto`: `jaxeval.models.attention_backend`); `generation`
+    `JAXEVAL_ATTENTION` variable, else `auto`: `jaxeval.models.attention_backend`); `experts` the
+    Mixture-of-Experts backend (None: `JAXEVAL_MOE`, else `auto`: `jaxeval.models.moe`); `generation`
     the generation settings (`GenConfig`; from `--model_args` through `GEN_ARGS`'s names).
 
     `generation.batch_size` None (the default) takes the generation rows per batch from lm-eval's
@@ -93,6 +95,7 @@ class JaxLMConfig:
     gguf_file: str | None = None
     compilation_cache: str | None = None
     attention: str | None = None
+    experts: str | None = None
     generation: GenConfig | None = None
 
     def __post_init__(self) -> None:
@@ -118,6 +121,10 @@ class JaxLMConfig:
             raise JaxevalError(
                 f"attention={self.attention!r} is not one of {', '.join(ATTENTION)}",
                 field="attention",
+            )
+        if self.experts is not None and str(self.experts).lower() not in EXPERTS:
+            raise JaxevalError(
+                f"experts={self.experts!r} is not one of {', '.join(EXPERTS)}", field="experts"
             )
         if self.generation is not None and not isinstance(self.generation, GenConfig):
             raise JaxevalError(

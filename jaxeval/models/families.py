@@ -652,6 +652,70 @@ FAMILIES: dict[str, Family] = {
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(FAMILIES))
 
+# model_type -> (checkpoints people evaluate, what the decoder does differently); the README's
+# table of supported families is `families_markdown()` (regenerate it: python -m jaxeval.models)
+DESCRIPTIONS: dict[str, tuple[str, str]] = {
+    "llama": (
+        "Llama 2/3/3.1/3.2, SmolLM2, Falcon-3, TinyLlama",
+        "rope scaling: llama3, linear, dynamic, yarn",
+    ),
+    "mistral": ("Mistral 7B, Ministral", "sliding window"),
+    "qwen2": ("Qwen2, Qwen2.5", "q/k/v biases"),
+    "qwen3": ("Qwen3 dense", "per-head q/k RMSNorm"),
+    "phi3": ("Phi-3, Phi-3.5, Phi-4-mini", "fused qkv and gate/up, partial rotary, LongRoPE"),
+    "olmo2": ("OLMo-2", "post-norms, q/k norms over all heads"),
+    "olmo3": ("OLMo-3", "OLMo-2 with sliding-window layers"),
+    "gemma": ("Gemma", "(1 + w) norms, sqrt(D) embeddings"),
+    "gemma2": ("Gemma-2", "sandwich norms, soft-capping, alternating windows"),
+    "gemma3_text": ("Gemma-3 text (1B)", "q/k norms, local/global rope bases"),
+    "gemma3": ("Gemma-3 4B-27B (text decoder)", "as gemma3_text, from the image-text checkpoint"),
+    "granite": ("Granite 3.x dense", "embedding, residual, attention and logit multipliers"),
+    "smollm3": ("SmolLM3", "no rope on every 4th layer (NoPE)"),
+    "exaone4": ("EXAONE-4.0", "post-norms, rope on local layers only"),
+    "cohere": (
+        "Command-R, Aya",
+        "parallel block, bias-free LayerNorm, interleaved rope, logit scale",
+    ),
+    "cohere2": ("Command-R7B, Command-A", "as cohere, rope on sliding layers only"),
+    "starcoder2": ("StarCoder2", "LayerNorm, plain biased MLP, sliding window"),
+    "falcon": ("Falcon 7B/40B/180B", "multi-query or grouped fused qkv, parallel block (no ALiBi)"),
+    "gpt2": ("GPT-2", "learned positions, Conv1D weights"),
+    "gpt_neox": ("Pythia, GPT-NeoX", "parallel residual, partial rotary"),
+    "mixtral": ("Mixtral 8x7B, 8x22B", "MoE: softmax top-2, renormalised"),
+    "qwen2_moe": ("Qwen1.5-MoE, Qwen2-57B-A14B", "MoE with a gated shared expert"),
+    "qwen3_moe": ("Qwen3-30B-A3B, Qwen3-235B-A22B", "MoE top-8 of 128, q/k norms"),
+    "olmoe": ("OLMoE-1B-7B", "MoE top-8 of 64, q/k norms over all heads"),
+    "granitemoe": ("Granite 3.x MoE", "MoE top-k then softmax, Granite multipliers"),
+    "gpt_oss": (
+        "gpt-oss-20b, gpt-oss-120b",
+        "MoE with biased experts and clamped SwiGLU, attention sinks, yarn",
+    ),
+    "deepseek_v2": (
+        "DeepSeek-V2, V2-Lite, V2.5",
+        "latent attention (MLA), grouped greedy routing, dense first layer",
+    ),
+    "deepseek_v3": (
+        "DeepSeek-V3, DeepSeek-R1",
+        "MLA, sigmoid routing with correction bias, groups, shared expert",
+    ),
+    "glm4_moe": ("GLM-4.5, GLM-4.5-Air", "sigmoid grouped routing, shared expert, partial rotary"),
+}
+
+
+def families_markdown(gguf: frozenset[str] = frozenset()) -> str:
+    """The supported-families table (Markdown), one row per model_type of `FAMILIES`; `gguf`: the
+    model_types that also load from GGUF files."""
+    lines = [
+        "| `model_type` | checkpoints | what differs from Llama | GGUF |",
+        "|---|---|---|---|",
+    ]
+    for model_type in SUPPORTED_MODEL_TYPES:
+        examples, notes = DESCRIPTIONS[model_type]
+        lines.append(
+            f"| `{model_type}` | {examples} | {notes} | {'yes' if model_type in gguf else ''} |"
+        )
+    return "\n".join(lines) + "\n"
+
 
 def spec_from_config(cfg: Any, *, compute_dtype: str = "float32") -> ModelSpec:
     """The `ModelSpec` for a transformers config object (raises JaxevalError for other types)."""

@@ -92,7 +92,7 @@ def mla_output(spec, p: dict[str, Any], out: Float["B T H E"]) -> Float["B T D"]
     return dense(out[..., : spec.mla.v_dim], p["o"], "bthe,hed->btd")
 
 
-def check(spec) -> list[str]:
+def mla_problems(spec) -> list[str]:
     """Problems of an MLA spec (for `ModelSpec.__post_init__`)."""
     m: MLASpec = spec.mla
     problems = []

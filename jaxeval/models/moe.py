@@ -6,9 +6,9 @@ the B*T rows of `x` flattened; X experts, K experts per token (the top-k), F the
 expert (`MoESpec.expert_size`), D the model width. The routing of one token, X = 4, K = 2:
 
     logits        [1.0, 3.0, 0.5, 2.0]
-    scores        softmax -> [0.10, 0.72, 0.06, 0.27]     (or sigmoid; families below)
-    experts       top_k   -> [1, 3]       weights [0.72, 0.27] (renormalised to [0.73, 0.27])
-    output        0.73 * expert_1(x) + 0.27 * expert_3(x)  (+ shared experts)
+    scores        softmax -> [0.085, 0.631, 0.052, 0.232]   (or sigmoid; families below)
+    experts       top_k   -> [1, 3]    weights [0.631, 0.232], renormalised [0.731, 0.269]
+    output        0.731 * expert_1(x) + 0.269 * expert_3(x)   (+ the shared experts)
 
 The experts run only on the tokens routed to them: the B*T*K assignments are sorted by expert and
 each expert's group is one grouped matmul. How the grouped matmuls run is the spec's `experts`
@@ -16,10 +16,10 @@ backend (`select_experts`, chosen once per model like `attention_backend.select_
 
     ragged   `jax.lax.ragged_dot` over the sorted assignments; XLA:TPU runs it natively
     blocked  each expert's group padded to a multiple of a block of m rows; a loop over the used
-             blocks only (dynamic trip count) runs one expert's whole MLP per block. On XLA:CPU
-             and GPU `ragged_dot` is expanded into a dense computation over all X experts
-             (X/K times the FLOPs: tests/models/test_moe.py has the numbers)
-    dense    every expert on every token, the reference (tests only)
+             blocks only (dynamic trip count) runs one expert's whole MLP per block. The choice
+             off TPU: XLA:CPU and GPU expand `ragged_dot` into every expert on every sorted
+             assignment, X times the FLOPs (tests/models/test_moe.py has the numbers)
+    dense    every expert on every token (X/K times the FLOPs), the reference of the tests
 
 Assignment layout of the blocked backend, X = 3 experts, K = 1, m = 2, experts of 5 tokens
 [2, 0, 2, 2, 0]:
@@ -238,7 +238,7 @@ def _block_layout(experts: Int["B*T K"], weights: Float["B*T K"], num_experts: i
     token = jnp.full((max_blocks * m,), n, jnp.int32).at[row].set(order // k)
     weight = jnp.zeros((max_blocks * m,), weights.dtype).at[row].set(weights.reshape(-1)[order])
     blocks_before = jnp.arange(max_blocks, dtype=jnp.int32)
-    block_expert = jnp.searchsorted(block_end, blocks_before, side="right")  # skips empty groups
+    block_expert = jnp.searchsorted(block_end, blocks_before, side="right", method="compare_all")
     block_expert = jnp.minimum(block_expert, num_experts - 1).astype(jnp.int32)
     return token, weight, block_expert, block_end[-1]
 
@@ -456,7 +456,9 @@ def _group_keep(choice: Float["B*T X"], moe: MoESpec) -> jax.Array:
     return jnp.repeat(keep, x // moe.n_group, axis=1)
 
 
-def route(logits: Float["B*T X"], p: dict[str, Any], moe: MoESpec):
+def route(
+    logits: Float["B*T X"], p: dict[str, Any], moe: MoESpec
+) -> tuple[Float["B*T K"], Int["B*T K"]]:
     """(weights float32 [B*T, K], experts int32 [B*T, K]) from float32 router logits, as HF's
     router for the family (module docstring). Equal scores go to the lower expert index
     (`jax.lax.top_k`); torch's partial sort breaks exact ties its own way."""

@@ -85,7 +85,7 @@ class ModelSpec:
     mla: MLASpec | None = None  # DeepSeek's multi-head latent attention (`jaxeval.models.mla`)
     attn_sinks: bool = False  # gpt-oss: a learned logit per head in every softmax's denominator
     # how attention runs (`jaxeval.models.attention_backend`): XLA's loops unless the model was
-    # given a platform's backend for its mesh (`JaxLM` does, with `select_attention`)
+    # given a platform's backend for its mesh (`JaxLM` does, with `loader.with_backends`)
     attention: XlaAttention = XLA
 
     def __post_init__(self):
@@ -117,7 +117,7 @@ class ModelSpec:
         if self.dense_layers and (self.moe is None or not 0 < self.dense_layers < L):
             problems.append(f"dense_layers {self.dense_layers} needs moe and fewer than {L} layers")
         if self.mla is not None:
-            problems.extend(mla_lib.check(self))
+            problems.extend(mla_lib.mla_problems(self))
         if problems:
             raise ValueError("invalid ModelSpec: " + "; ".join(problems))
 

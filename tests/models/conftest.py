@@ -31,6 +31,8 @@ def models(tiny):
 
     @functools.cache
     def get(family: str, **overrides):
+        # lists were made tuples to be cache keys; configs want their lists back
+        overrides = {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()}
         path = tiny(family, **overrides)
         return load_model(path), load_torch_model(path)
 
