@@ -14,6 +14,9 @@ Nothing is guessed from a parameter count; every number is a shape times a dtype
   in float32 (J = T below 512 keys, else the attention block), the MLP's [B, T, F] inputs, and the
   head's [P, Vc] float32 logits block of the scoring kernel (`kernels.score.fast_vocab_chunk`).
   Heads and the MLP width divide over `model` when the rule table splits them.
+  A Mixture of Experts counts, per token, its K routed copies and their expert activations
+  (every expert's weights are resident: they are in the parameters; per device under expert
+  parallelism, whole experts over `model`, or tensor parallelism, each expert's width split).
 * **generation KV cache**: `jax.eval_shape(spec.init_cache, rows, max_length)` under
   `cache_shardings` (rows over the batch axes, KV heads over `model`).
 
@@ -50,6 +53,7 @@ class MemoryPlan:
 
     model_type: str
     parameters: int  # parameter count
+    active_parameters: int  # per token: the Mixture of Experts' routed experts counted K of X
     mesh: dict[str, int]
     dtype: str
     param_bytes: int  # per device
@@ -71,7 +75,12 @@ class MemoryPlan:
 
         mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
         lines = [
-            f"model: {self.model_type}, {self.parameters / 1e9:.2f} B parameters in {self.dtype}",
+            f"model: {self.model_type}, {self.parameters / 1e9:.2f} B parameters in {self.dtype}"
+            + (
+                f" ({self.active_parameters / 1e9:.2f} B active per token)"
+                if self.active_parameters != self.parameters
+                else ""
+            ),
             f"mesh: {mesh} ({math.prod(self.mesh.values())} devices)",
             "per device:",
             f"  parameters                       {gib(self.param_bytes)}",
@@ -88,6 +97,18 @@ class MemoryPlan:
                 f"  device memory {device_memory_gib:g} GiB: {verdict} ({free / GIB:+.2f} GiB left)"
             )
         return "\n".join(lines)
+
+
+def active_param_count(spec: Any) -> int:
+    """Parameters one token uses: all of them, except that a Mixture of Experts' routed experts
+    count K of X (every expert is still resident: `parameters` is what memory holds)."""
+    total = spec.param_count()
+    if spec.moe is None:
+        return total
+    m = spec.moe
+    layers = spec.num_layers - spec.dense_layers
+    routed = layers * m.num_experts * 3 * spec.hidden_size * m.expert_size
+    return total - routed + routed * m.top_k // m.num_experts
 
 
 def abstract_mesh(preset: str, devices: int, **sizes: int) -> AbstractMesh:
@@ -164,11 +185,20 @@ def plan_memory(
     width = spec.intermediate_size
     width = width // model if width % model == 0 else width
     keys = attention_block_size(length, spec=spec) or length
+    ffn = (2 if spec.mlp == "gated" else 1) * width * item  # MLP [T, F] (gate, up)
+    if spec.moe is not None:  # per token: its K gathered copies and outputs [K, D], their
+        # gate/up [K, 2 F_e] (F_e over `model` when split), the router's float32 scores [X] and
+        # the shared experts' [2 S]; the dense first layers' MLP if it is wider
+        m = spec.moe
+        expert = m.expert_size // model if m.expert_size % model == 0 else m.expert_size
+        experts = m.top_k * (2 * spec.hidden_size + 2 * expert) * item + m.num_experts * 4
+        experts += 2 * m.shared_size * item
+        ffn = max(experts, ffn if spec.dense_layers else 0)
     per_row = (
         x.shape[2] * item * 2  # residual stream and the normed copy [T, D]
         + (heads + 2 * kv) * spec.head_dim * item  # q, k, v
         + heads * keys * 4  # scores, float32, per query token: [H, J]
-        + (2 if spec.mlp == "gated" else 1) * width * item  # MLP [T, F] (gate, up)
+        + ffn
     )
     points = local_rows * length
     head_block = points * fast_vocab_chunk(points, spec.vocab_size) * 4  # [P, Vc] float32
@@ -184,6 +214,7 @@ def plan_memory(
     return MemoryPlan(
         model_type=spec.model_type,
         parameters=spec.param_count(),
+        active_parameters=active_param_count(spec),
         mesh=dict(mesh.shape),
         dtype=dtype,
         param_bytes=int(param_bytes),

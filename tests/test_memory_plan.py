@@ -21,6 +21,30 @@ def test_parameter_counts_match_the_published_sizes(name, billions):
     assert round(plan.parameters / 1e9, 2) == billions
 
 
+@pytest.mark.parametrize(
+    "name, billions, active", [("qwen3-30b-a3b", 30.53, 3.35), ("deepseek-v3", 671.03, 37.55)]
+)
+def test_moe_counts_match_the_published_sizes(name, billions, active):
+    """Every expert is resident (the total), a token uses K of X routed experts (the active)."""
+    plan = plan_memory(read_config(str(MODELS / name)), abstract_mesh("fsdp", 8))
+    assert round(plan.parameters / 1e9, 2) == billions
+    assert round(plan.active_parameters / 1e9, 2) == active
+
+
+def test_qwen3_moe_experts_split_over_the_model_axis_by_hand():
+    """Qwen3-30B-A3B on data 2 x model 4: the 128 experts of each layer split 4 ways (expert
+    parallelism), so a device holds 32 whole experts; the rest as the rule table says."""
+    V, D, L, H, G, E, X, F = 151936, 2048, 48, 32, 4, 128, 128, 768
+    config = read_config(str(MODELS / "qwen3-30b-a3b"))
+    plan = plan_memory(config, abstract_mesh("data_model", 8, model=4), max_length=4096)
+    experts = L * X * 3 * D * F // 4  # gate, up, down: [L, X / 4, ...] per device
+    router = L * D * X // 4  # [L, D, X]: X over model
+    attention = L * (D * H * E + 2 * D * G * E + H * E * D) // 4  # q, k, v, o: heads split
+    embeddings = 2 * V * D // 4
+    norms = L * (2 * D + 2 * E) + D
+    assert plan.param_bytes == 2 * (experts + router + attention + embeddings + norms)
+
+
 def test_llama3_8b_on_8_devices_by_hand():
     """Llama-3-8B, bfloat16, fsdp over 8 devices: every matrix splits its D = 4096 rows by 8 (the
     rule table shards `embed` over fsdp), norms are replicated."""
