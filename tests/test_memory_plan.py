@@ -85,3 +85,12 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
     assert main(["plan", "--model_args", f"pretrained={MODELS / 'llama-3-8b'},batch=3"]) == 2
     with pytest.raises(JaxevalError, match="unknown mesh preset"):
         abstract_mesh("ring", 8)
+
+
+def test_deepseek_v3_cache_holds_the_latent_by_hand():
+    """MLA's KV cache holds one shared key and value of E_r + R_kv = 64 + 512 features per token
+    and layer (not 128 heads x 2 x 192 expanded): 61 layers, 64 rows over 8 devices, bf16."""
+    L, W, rows, slots = 61, 64 + 512, 64 // 8, 4096
+    config = read_config(str(MODELS / "deepseek-v3"))
+    plan = plan_memory(config, abstract_mesh("fsdp", 8), max_length=slots)
+    assert plan.kv_bytes == 2 * 2 * L * rows * slots * W + rows * slots * (1 + 4)

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxeval.models.layers import HIGHEST, dense, norm
-from jaxeval.models.mla import mla_output, mla_qkv
+from jaxeval.models.mla import mla_latent_output, mla_latent_qkv, mla_output, mla_qkv
 from jaxeval.models.rope import apply_rope
 from jaxeval.shapes import Bool, Float, Int
 
@@ -454,18 +454,21 @@ def attention_block(
     cos: Float["B T E'"] | None,
     sin: Float["B T E'"] | None,
     attend_fn: AttendFn,
+    latent: bool = False,
 ) -> tuple[Float["B T D"], Any]:
     """Projections, optional q/k norms, rotary, `attend_fn(q, k, v)`, output projection.
 
     `attend_fn` chooses the attention (dense, blocked, or a cache write then `cache_attend`) and
-    returns (out [B, T, H, E], aux); this returns (y [B, T, D], aux).
+    returns (out [B, T, H, E], aux); this returns (y [B, T, D], aux). `latent`: MLA in its latent
+    form (the KV cache's: `mla.py`), else expanded; other models ignore it.
     """
     if spec.mla is not None:  # DeepSeek: latent projections, rope part first (`mla.py`)
-        q, k, v = mla_qkv(spec, p, x)
+        qkv, output = (mla_latent_qkv, mla_latent_output) if latent else (mla_qkv, mla_output)
+        q, k, v = qkv(spec, p, x)
         if cos is not None:
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out, aux = attend_fn(q, k, v)
-        return mla_output(spec, p, out), aux
+        return output(spec, p, out), aux
     q = dense(x, p["q"], "btd,dhe->bthe", p.get("q_bias"))  # [B, T, H, E]
     k = dense(x, p["k"], "btd,dge->btge", p.get("k_bias"))  # [B, T, G, E]
     v = dense(x, p["v"], "btd,dge->btge", p.get("v_bias"))  # [B, T, G, E]

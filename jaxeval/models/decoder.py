@@ -36,7 +36,7 @@ IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linte
 
 def init_cache(spec, batch: int, length: int, dtype: Any) -> KVCache:
     """An empty cache of `length` slots per row (all slots invalid)."""
-    lb, g, e = (spec.num_layers, batch), spec.num_kv_heads, spec.head_dim
+    lb, g, e = (spec.num_layers, batch), spec.cache_heads, spec.cache_head_dim
     return KVCache(
         k=jnp.zeros((*lb, g, e, length), dtype),
         v=jnp.zeros((*lb, g, length, e), dtype),
@@ -105,7 +105,7 @@ def _rope(spec, positions, consts, dynamic, dtype):
     return cos, sin
 
 
-def _block(spec, p, x, *, cos, sin, attend_fn):
+def _block(spec, p, x, *, cos, sin, attend_fn, latent=False):
     """One decoder layer: pre-norm sequential (optionally sandwich-normed), parallel, or post-norm.
 
     Returns (x, aux) with `aux` from `attend_fn` (see `attention.attention_block`).
@@ -119,7 +119,9 @@ def _block(spec, p, x, *, cos, sin, attend_fn):
         return x + h
 
     def attention(h):
-        y, a = attn.attention_block(spec, p["attn"], h, cos=cos, sin=sin, attend_fn=attend_fn)
+        y, a = attn.attention_block(
+            spec, p["attn"], h, cos=cos, sin=sin, attend_fn=attend_fn, latent=latent
+        )
         aux.append(a)
         return y
 
@@ -243,7 +245,7 @@ def _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, inde
             )  # fmt: skip
             return out, (k.astype(cache.k.dtype), v.astype(cache.v.dtype))
 
-        return _block(spec, p, x, cos=cos, sin=sin, attend_fn=attend_fn)
+        return _block(spec, p, x, cos=cos, sin=sin, attend_fn=attend_fn, latent=True)
 
     ks, vs = [], []
     for stack, consts, first in _stacks(spec, params, _layer_constants(spec)):

@@ -72,11 +72,7 @@ def mla_qkv(
 ) -> tuple[Float["B T H E"], Float["B T H E"], Float["B T H E"]]:
     """q, k (rope part first, not yet rotated) and v (zero-padded to E) of one layer."""
     m: MLASpec = spec.mla
-    if m.q_lora_rank:
-        c_q = norm(p["q_a_norm"], dense(x, p["q_a"], "btd,dr->btr"), kind="rms", eps=m.norm_eps)
-        q = dense(c_q, p["q_b"], "btr,rhe->bthe")
-    else:
-        q = dense(x, p["q"], "btd,dhe->bthe")
+    q = _queries(spec, p, x)
     c = norm(p["kv_a_norm"], dense(x, p["kv_a"], "btd,dr->btr"), kind="rms", eps=m.norm_eps)
     k_rope = dense(x, p["k_rope"], "btd,de->bte")  # [B, T, E_r]: one rope key for all heads
     k_nope = dense(c, p["k_b"], "btr,rhe->bthe")  # [B, T, H, E_n]
@@ -85,6 +81,41 @@ def mla_qkv(
     v = dense(c, p["v_b"], "btr,rhe->bthe")  # [B, T, H, E_v]
     v = jnp.pad(v, [(0, 0), (0, 0), (0, 0), (0, spec.head_dim - m.v_dim)])
     return q, k, v
+
+
+def latent_width(spec) -> int:
+    """The features of the latent key / value a cache slot holds: E_r + R_kv."""
+    return spec.mla.rope_dim + spec.mla.kv_lora_rank
+
+
+def mla_latent_qkv(
+    spec, p: dict[str, Any], x: Float["B T D"]
+) -> tuple[Float["B T H W"], Float["B T 1 W"], Float["B T 1 W"]]:
+    """The latent form (module docstring): per-head queries [q_r | W_kb q_n], one shared key
+    [k_r | c] and one shared value [c | 0], W = E_r + R_kv features each (rope part first)."""
+    m: MLASpec = spec.mla
+    q = _queries(spec, p, x)
+    q_rope, q_nope = q[..., : m.rope_dim], q[..., m.rope_dim :]
+    q_latent = dense(q_nope, p["k_b"], "bthe,rhe->bthr")  # [B, T, H, R]: W_kb q_n
+    c = norm(p["kv_a_norm"], dense(x, p["kv_a"], "btd,dr->btr"), kind="rms", eps=m.norm_eps)
+    k_rope = dense(x, p["k_rope"], "btd,de->bte")
+    key = jnp.concatenate([k_rope, c], -1)[:, :, None]  # [B, T, 1, W]
+    value = jnp.pad(c, [(0, 0), (0, 0), (0, m.rope_dim)])[:, :, None]  # [B, T, 1, W]: [c | 0]
+    return jnp.concatenate([q_rope, q_latent], -1), key, value
+
+
+def mla_latent_output(spec, p: dict[str, Any], out: Float["B T H W"]) -> Float["B T D"]:
+    """sum_s p_s c_s per head (the first R_kv features) through W_vb, then the output projection."""
+    v = dense(out[..., : spec.mla.kv_lora_rank], p["v_b"], "bthr,rhe->bthe")  # [B, T, H, E_v]
+    return dense(v, p["o"], "bthe,hed->btd")
+
+
+def _queries(spec, p: dict[str, Any], x: Float["B T D"]) -> Float["B T H E"]:
+    m: MLASpec = spec.mla
+    if m.q_lora_rank:
+        c_q = norm(p["q_a_norm"], dense(x, p["q_a"], "btd,dr->btr"), kind="rms", eps=m.norm_eps)
+        return dense(c_q, p["q_b"], "btr,rhe->bthe")
+    return dense(x, p["q"], "btd,dhe->bthe")
 
 
 def mla_output(spec, p: dict[str, Any], out: Float["B T H E"]) -> Float["B T D"]:

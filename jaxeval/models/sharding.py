@@ -72,7 +72,7 @@ def cache_shardings(spec, mesh: Mesh, batch: int, length: int) -> Any:
     positions [B, C] -> rows.
     """
     rows = rows_axis(mesh, batch)
-    heads = logical_sharding(mesh, ("kv_heads",), (spec.num_kv_heads,)).spec[0]
+    heads = logical_sharding(mesh, ("kv_heads",), (spec.cache_heads,)).spec[0]
     kv = NamedSharding(mesh, PartitionSpec(None, rows, heads, None, None))
     slots = NamedSharding(mesh, PartitionSpec(rows, None))
     return KVCache(k=kv, v=kv, valid=slots, positions=slots)

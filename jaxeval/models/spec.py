@@ -122,6 +122,16 @@ class ModelSpec:
             raise ValueError("invalid ModelSpec: " + "; ".join(problems))
 
     @property
+    def cache_heads(self) -> int:
+        """G of the KV cache: the kv heads, or 1 for MLA's shared latent (`mla.py`)."""
+        return 1 if self.mla is not None else self.num_kv_heads
+
+    @property
+    def cache_head_dim(self) -> int:
+        """E of the KV cache: the head dim, or MLA's latent width E_r + R_kv."""
+        return mla_lib.latent_width(self) if self.mla is not None else self.head_dim
+
+    @property
     def rotary_dim(self) -> int:
         """E': the number of rotated features per head (0 without rope)."""
         if self.dynamic_rope is not None:
