@@ -14,8 +14,10 @@ same [out, in] layout as a torch Linear weight. Quantized rows are whole blocks 
     Q4_1, ne = [576, 1536]: row bytes = 576 / 32 * 20 = 360; rows 8:10 = bytes [2880, 3600)
 
 `GGUFFile.read(name, rows)` memory-maps the file and dequantizes only the rows asked for, with the
-`gguf` package's reference dequantizers, so a shard of the embedding costs just its rows. The header
-is parsed here (not with `gguf.GGUFReader`, which takes seconds on a 49k-token vocabulary).
+`gguf` package's reference dequantizers (MXFP4, gpt-oss's expert type, with `mxfp4.py`'s: the same
+values, faster, and there whether or not the installed `gguf` knows the type), so a shard of the
+embedding costs just its rows. The header is parsed here (not with `gguf.GGUFReader`, which takes
+seconds on a 49k-token vocabulary).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from jaxeval.errors import JaxevalError
+from jaxeval.models import mxfp4
 
 _MAGIC = b"GGUF"
 _SCALARS = {
@@ -58,6 +61,10 @@ _NUMPY = {
     12: np.float64,
 }
 
+# GGML types dequantized here rather than by the `gguf` package: id -> (name, block values, block
+# bytes, dequantize(uint8 [n, row_bytes]) -> float32 [n, row_values]). 39 is ggml.h's GGML_TYPE_MXFP4.
+_OWN_TYPES = {39: ("MXFP4", mxfp4.BLOCK, mxfp4.GGML_BLOCK_BYTES, mxfp4.dequantize_ggml_mxfp4)}
+
 
 def _quant_api() -> Any:
     import gguf  # imported lazily: only GGUF loading needs it
@@ -72,7 +79,7 @@ def dequantizable_types() -> dict[int, str]:
     g = _quant_api()
     names = {g.GGMLQuantizationType.F32, g.GGMLQuantizationType.F16, g.GGMLQuantizationType.BF16}
     names |= set(g.quants._type_traits)
-    return {int(t): t.name for t in names}
+    return {int(t): t.name for t in names} | {k: v[0] for k, v in _OWN_TYPES.items()}
 
 
 class _Cursor:
@@ -210,7 +217,10 @@ class GGUFFile:
         """The stored bytes of rows `rows` as uint8 [n_rows, row_bytes], and their value shape."""
         g = _quant_api()
         shape, ggml_type, offset = self.tensors[name]
-        block, type_size = g.GGML_QUANT_SIZES[g.GGMLQuantizationType(ggml_type)]
+        if ggml_type in _OWN_TYPES:
+            block, type_size = _OWN_TYPES[ggml_type][1:3]
+        else:
+            block, type_size = g.GGML_QUANT_SIZES[g.GGMLQuantizationType(ggml_type)]
         inner = shape[-1]
         if inner % block:
             raise JaxevalError(
@@ -248,5 +258,8 @@ class GGUFFile:
         if ggml_type not in dequantizable_types():
             self.check_types()
         raw, out_shape = self._raw_rows(name, rows)
-        values = g.quants.dequantize(np.asarray(raw), g.GGMLQuantizationType(ggml_type))
+        if ggml_type in _OWN_TYPES:
+            values = _OWN_TYPES[ggml_type][3](np.asarray(raw))
+        else:
+            values = g.quants.dequantize(np.asarray(raw), g.GGMLQuantizationType(ggml_type))
         return np.asarray(values, dtype=np.float32).reshape(out_shape)

@@ -35,6 +35,7 @@ from jaxeval.models.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
 from jaxeval.models.gguf_file import GGUFFile
 from jaxeval.models.hf_weights import Source
 from jaxeval.models.moe import select_experts
+from jaxeval.models.mxfp4 import with_mxfp4
 from jaxeval.models.params import ParamInfo, is_info, param_layout
 from jaxeval.models.sharding import logical_sharding
 from jaxeval.models.spec import ModelSpec
@@ -277,7 +278,7 @@ def _open_checkpoint(
     from transformers import AutoConfig
 
     hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    return path, raw, hf_config, CheckpointReader(path), None
+    return path, raw, hf_config, with_mxfp4(CheckpointReader(path)), None
 
 
 def load_model(

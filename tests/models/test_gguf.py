@@ -31,6 +31,7 @@ TYPES = [
     "Q4_K",
     "Q5_K",
     "Q6_K",
+    "MXFP4",
 ]
 
 
@@ -58,7 +59,7 @@ def _stored(type_name: str, rows: int, cols: int, rng: np.random.Generator):
         return values, None, None
     if type_name == "F16":
         return values.astype(np.float16), None, None
-    try:
+    try:  # (MXFP4: gguf quantizes; our reader dequantizes it itself, see test_mxfp4.py)
         data = gguf.quants.quantize(values, qtype)
     except NotImplementedError:  # K-quants: gguf only dequantizes them; random whole blocks
         block, size = gguf.GGML_QUANT_SIZES[qtype]
@@ -209,3 +210,141 @@ def test_tiny_gguf_written_here_is_what_transformers_reads(tmp_path):
     assert_logits_close(
         torch_logits(theirs, tokens), torch_logits(load_torch_model(hf_dir), tokens)
     )
+
+
+# config entries a tiny GGUF does not carry (names, token ids) or rounds (epsilon to float32)
+_IGNORED = dict.fromkeys(
+    [
+        "_name_or_path",
+        "_model_name_or_path",
+        "architectures",
+        "rms_norm_eps",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "dtype",
+        "transformers_version",
+    ]
+)
+
+
+def _moe_logits(loaded, tokens: np.ndarray) -> np.ndarray:
+    from tests.models.common import full_rows, logits_fn
+
+    return np.asarray(logits_fn(loaded.spec, loaded.params, tokens, *full_rows(tokens)))
+
+
+@pytest.mark.parametrize("fuse_gate_up", [False, True], ids=["split", "fused"])
+@pytest.mark.parametrize("family", ["qwen2_moe", "qwen3_moe", "gpt_oss"])
+def test_tiny_moe_gguf_round_trip_matches_safetensors(tmp_path, models, tiny, family, fuse_gate_up):
+    """MoE checkpoint -> GGUF (stacked experts; gpt-oss's fused experts split; optionally gate and
+    up fused back as llama.cpp's --fuse-gate-up-exps writes them) -> jaxeval: the logits of the
+    safetensors checkpoint through `load_model`, and transformers' logits."""
+    from jaxeval.models import load_model
+    from tests.helpers.gguf_writer import write_gguf
+    from tests.models.common import assert_logits_close, torch_logits
+
+    reference, torch_model = models(family)
+    path = write_gguf(tiny(family), str(tmp_path / f"{family}.gguf"), fuse_gate_up=fuse_gate_up)
+    loaded = load_model(path)
+    assert loaded.spec.model_type == family
+    assert loaded.hf_config.to_dict() | _IGNORED == reference.hf_config.to_dict() | _IGNORED
+    tokens = np.random.default_rng(0).integers(1, loaded.spec.vocab_size, size=(2, 24))
+    tokens = tokens.astype(np.int32)
+    ours = _moe_logits(loaded, tokens)
+    assert_logits_close(ours, _moe_logits(reference, tokens), family)
+    assert_logits_close(ours, torch_logits(torch_model, tokens), family)
+
+
+@pytest.mark.parametrize(
+    "family,sizes",
+    [
+        ("qwen2_moe", {"moe_intermediate_size": 32, "shared_expert_intermediate_size": 48}),
+        ("qwen3_moe", {"moe_intermediate_size": 32}),
+    ],
+)
+def test_tiny_moe_gguf_written_here_is_what_transformers_reads(
+    tmp_path, models, tiny, family, sizes
+):
+    """transformers' GGUF loader on the test writer's MoE files gets the HF logits, given the
+    expert sizes its config table does not read (`expert_feed_forward_length`, ...; jaxeval reads
+    them). (Its gpt-oss reader fails on llama.cpp's yarn metadata, so gpt-oss has no such check.)"""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.helpers.gguf_writer import write_gguf
+    from tests.models.common import assert_logits_close, torch_logits
+
+    path = write_gguf(tiny(family), str(tmp_path / f"{family}.gguf"))
+    theirs = AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file=os.path.basename(path), dtype=torch.float32, **sizes
+    ).eval()
+    tokens = np.random.default_rng(1).integers(1, 500, size=(2, 16))
+    assert_logits_close(torch_logits(theirs, tokens), torch_logits(models(family)[1], tokens))
+
+
+def test_gpt_oss_mxfp4_gguf_matches_the_dequantized_checkpoint(tmp_path, tiny):
+    """An MXFP4 gpt-oss checkpoint (Hub layout) -> GGUF with MXFP4 experts (llama.cpp's repacking)
+    -> jaxeval: the logits of the float checkpoint holding transformers' dequantized values."""
+    from jaxeval.models import load_model
+    from jaxeval.models.gguf_file import GGUFFile
+    from tests.helpers.gguf_writer import write_gguf, write_mxfp4_variant
+    from tests.models.common import assert_logits_close
+
+    mxfp4_dir, float_dir = write_mxfp4_variant(tiny("gpt_oss"), str(tmp_path))
+    path = write_gguf(mxfp4_dir, str(tmp_path / "gpt_oss.mxfp4.gguf"))
+    types = {GGUFFile(path).type_name(f"blk.0.ffn_{p}_exps.weight") for p in ("gate", "up", "down")}
+    assert types == {"MXFP4"}
+    tokens = np.random.default_rng(2).integers(1, 500, size=(2, 24)).astype(np.int32)
+    ours = _moe_logits(load_model(path), tokens)
+    assert_logits_close(ours, _moe_logits(load_model(float_dir), tokens), "gpt_oss mxfp4")
+
+
+def test_stacked_experts_are_dequantized_once_per_run(tmp_path, tiny, monkeypatch):
+    """A layer's X per-expert reads dequantize its stacked tensor once; a smaller budget splits
+    the experts into runs, each read once; answers equal the stacked tensor's rows."""
+    from jaxeval.models.gguf import GGUFCheckpoint, load_config
+    from tests.helpers.gguf_writer import write_gguf
+
+    path = write_gguf(tiny("qwen3_moe"), str(tmp_path / "q.gguf"))
+    f = GGUFFile(path)
+    stacked = f.read("blk.1.ffn_up_exps.weight")  # [X, F, D] = [8, 32, 64]
+    reads: list[tuple[str, slice | None]] = []
+    read = GGUFFile.read
+
+    def counting(self, name, rows=None):
+        reads.append((name, rows))
+        return read(self, name, rows)
+
+    monkeypatch.setattr(GGUFFile, "read", counting)
+    per_expert = 32 * 64 * 4
+    for budget, runs in (
+        (1 << 30, [slice(0, 8)]),
+        (3 * per_expert, [slice(0, 3), slice(3, 6), slice(6, 8)]),
+    ):
+        reads.clear()
+        ckpt = GGUFCheckpoint(f, load_config(f), expert_cache_bytes=budget)
+        for e in range(8):
+            name = f"model.layers.1.mlp.experts.{e}.up_proj.weight"
+            assert name in ckpt and ckpt.shape(name) == (32, 64)
+            np.testing.assert_array_equal(ckpt.read(name), stacked[e])
+        assert reads == [("blk.1.ffn_up_exps.weight", run) for run in runs]
+    assert "model.layers.1.mlp.experts.8.up_proj.weight" not in ckpt  # only 8 experts
+
+
+@pytest.mark.parametrize(
+    "arch,metadata,named",
+    [
+        ("deepseek2", {}, "'deepseek2' is a Mixture of Experts"),
+        ("llama", {"expert_count": 8}, "holds a Mixture of Experts (8 experts)"),  # Mixtral
+    ],
+)
+def test_moe_gguf_without_a_config_table_is_a_clear_error(tmp_path, arch, metadata, named):
+    from jaxeval.models import load_model
+    from tests.helpers.gguf_writer import write_arch_only_gguf
+
+    path = write_arch_only_gguf(str(tmp_path / f"{arch}.gguf"), arch, **metadata)
+    with pytest.raises(JaxevalError) as err:
+        load_model(path)
+    text = str(err.value)
+    assert named in text and "safetensors checkpoint" in text and "qwen3moe" in text
