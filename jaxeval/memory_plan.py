@@ -186,9 +186,9 @@ def plan_memory(
     width = width // model if width % model == 0 else width
     keys = attention_block_size(length, spec=spec) or length
     ffn = (2 if spec.mlp == "gated" else 1) * width * item  # MLP [T, F] (gate, up)
-    if spec.moe is not None:  # per token: its K gathered copies and outputs [K, D], their
-        # gate/up [K, 2 F_e] (F_e over `model` when split), the router's float32 scores [X] and
-        # the shared experts' [2 S]; the dense first layers' MLP if it is wider
+    if spec.moe is not None:  # per token: its Kx gathered copies and outputs [Kx, D], their
+        # gate/up [Kx, 2*Fx] (Fx over `model` when split), the router's float32 scores [Nx] and
+        # the shared experts' [2*Fs]; the dense first layers' MLP if it is wider
         m = spec.moe
         expert = m.expert_size // model if m.expert_size % model == 0 else m.expert_size
         experts = m.top_k * (2 * spec.hidden_size + 2 * expert) * item + m.num_experts * 4

@@ -22,6 +22,10 @@ names are shapes too: `[B*K, D]`, `[T/Q]`, `[E'/2]`.
                 I   stop token ids per row             Z   stop strings per row
                 M   bytes per stop string              Y   text-buffer bytes per row
     Scoring     Vc  vocabulary entries per LM-head chunk
+    Experts     Nx  routed experts of an MoE layer     Kx  experts per token (the top-k)
+                Fx  one expert's hidden width           Fs  the shared experts' hidden width
+    Latent      En  non-rotary q/k features per head   Ev  value features per head
+    attention   Rq  query latent features              Rkv key/value latent features
 
 Kernels annotate with jaxtyping-style strings, `Int["B T"]`; this module gives the aliases so that
 annotations need no extra dependency at run time.
@@ -66,6 +70,16 @@ GLOSSARY = {
     "Y": "text-buffer bytes per row",
     # scoring
     "Vc": "vocabulary entries per LM-head chunk",
+    # Mixture of Experts
+    "Nx": "routed experts of an MoE layer",
+    "Kx": "experts per token (the top-k)",
+    "Fx": "one expert's hidden width",
+    "Fs": "the shared experts' hidden width",
+    # latent attention (MLA): the rotary features per head are E'
+    "En": "non-rotary q/k features per head",
+    "Ev": "value features per head",
+    "Rq": "query latent features",
+    "Rkv": "key/value latent features",
 }
 
 

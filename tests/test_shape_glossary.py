@@ -136,7 +136,7 @@ def test_a_clean_snippet_passes():
         ('def f(x: Float["Tq Tk"]): ...\n', "bad.py:1: unknown dimension name 'Tq'"),
         ('x: Bool["B F\'"]\n', 'bad.py:1: unknown dimension name "F\'"'),
         ("x = 1\ny = 2  # [P, chunk]\n", "bad.py:2: unknown dimension name 'chunk'"),
-        ("y = 2  # float32[Kx]\n", "bad.py:1: unknown dimension name 'Kx'"),
+        ("y = 2  # float32[Kq]\n", "bad.py:1: unknown dimension name 'Kq'"),
         ("y = 2  # q [B, T, Hq, E]\n", "bad.py:1: unknown dimension name 'Hq'"),
         ("y = 2  # [K true, K pred]\n", "bad.py:1: 'K true' is not a dimension"),
         ("y = 2  # [W(end), M]\n", "bad.py:1: 'W(end)' is not a dimension"),

@@ -40,7 +40,7 @@ GEN_ARGS = {
     "gen_shrink_last_batch": "shrink_last_batch",
 }
 ATTENTION = ("auto", "xla", "cpu")  # `attention_backend.SETTINGS`, named here without importing JAX
-EXPERTS = ("auto", "ragged", "blocked")  # `moe.SETTINGS`
+EXPERTS = ("auto", "ragged", "blocked")  # `experts.SETTINGS`
 
 
 def parse_batch_size(batch_size: int | str) -> int | str:

@@ -252,7 +252,7 @@ def _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, inde
         n = jax.tree.leaves(stack)[0].shape[0]
         layers = first + jnp.arange(n, dtype=jnp.int32)
         x, (k, v) = jax.lax.scan(body, x, (stack, consts, layers))
-        ks.append(k)  # [L', B, T, G, E]: this call's keys and values
+        ks.append(k)  # [L, B, T, G, E] (this stack's L): this call's keys and values
         vs.append(v)
     if len(ks) == 1:
         return x, ks[0], vs[0]

@@ -482,6 +482,6 @@ class GGUFCheckpoint:
             def parts(rows: slice | None) -> tuple[np.ndarray, np.ndarray]:
                 return self.file.read(gate, rows), self.file.read(up, rows)
 
-        if suffix == ".bias":  # [X, F] each -> [X, 2F], interleaved
+        if suffix == ".bias":  # [Nx, Fx] each -> [Nx, 2*Fx], interleaved
             return _Tensor((x, f2), lambda rows: np.stack(parts(rows), axis=-1).reshape(-1, f2))
         return _Tensor((x, *rest, f2), lambda rows: _interleave(*parts(rows)))

@@ -62,7 +62,7 @@ _NUMPY = {
 }
 
 # GGML types dequantized here rather than by the `gguf` package: id -> (name, block values, block
-# bytes, dequantize(uint8 [n, row_bytes]) -> float32 [n, row_values]). 39 is ggml.h's GGML_TYPE_MXFP4.
+# bytes, dequantize(uint8 (n, row bytes)) -> float32 (n, row values)). 39 is ggml.h's GGML_TYPE_MXFP4.
 _OWN_TYPES = {39: ("MXFP4", mxfp4.BLOCK, mxfp4.GGML_BLOCK_BYTES, mxfp4.dequantize_ggml_mxfp4)}
 
 

@@ -355,7 +355,7 @@ def falcon_qkv(part: int, heads: int, kv_heads: int, dim: int) -> Convert:
     def convert(w: np.ndarray) -> np.ndarray:
         grouped = w.reshape(kv_heads, x + 2, dim, *w.shape[1:])
         out = grouped[:, :x] if part == 0 else grouped[:, x + part - 1 : x + part]
-        out = out.reshape(-1, dim, *w.shape[1:])  # [n, dim, in] or [n, dim]
+        out = out.reshape(-1, dim, *w.shape[1:])  # (heads, dim, in) or (heads, dim)
         return np.ascontiguousarray(out.transpose(2, 0, 1) if out.ndim == 3 else out)
 
     return convert
@@ -451,7 +451,7 @@ def moe(spec) -> dict[str, Any]:
         }
     elif t == "granitemoe":
         b, f = layer + "block_sparse_moe.", m.expert_size
-        gate_up = b + "input_linear.weight"  # [X, 2F, D]: rows [gate | up]
+        gate_up = b + "input_linear.weight"  # (Nx, 2 Fx, D): rows gate, then up
         experts = {
             "router": Source(key=b + "router.layer.weight", convert=linear),
             "gate": Source(key=gate_up, convert=lambda w: swap_last(w[:, :f])),
@@ -463,7 +463,7 @@ def moe(spec) -> dict[str, Any]:
         experts = {
             "router": Source(key=b + "router.weight", convert=linear),
             "router_bias": Source(key=b + "router.bias"),
-            # [X, D, 2F] with gate and up interleaved column by column
+            # (Nx, D, 2 Fx) with gate and up interleaved column by column
             "gate": Source(key=b + "experts.gate_up_proj", convert=every_other(0)),
             "up": Source(key=b + "experts.gate_up_proj", convert=every_other(1)),
             "down": Source(key=b + "experts.down_proj"),
@@ -506,11 +506,11 @@ def _mla_tree(spec) -> dict[str, Any]:
     a = "model.layers.{i}.self_attn."
     order = deinterleave(Er)
 
-    def q_heads(w: np.ndarray) -> np.ndarray:  # torch [H*(En+Er), in] -> [in, H, Er+En]
+    def q_heads(w: np.ndarray) -> np.ndarray:  # torch (H (En + E'), D) -> [D, H, E'+En]
         q = transpose(w).reshape(w.shape[1], H, En + Er)
         return np.ascontiguousarray(np.concatenate([order(q[..., En:]), q[..., :En]], -1))
 
-    def kv_b(part: int) -> Convert:  # [H*(En+Ev), R] -> k_b [R, H, En] or v_b [R, H, Ev]
+    def kv_b(part: int) -> Convert:  # (H (En + Ev), Rkv) -> k_b [Rkv, H, En] or v_b [Rkv, H, Ev]
         def convert(w: np.ndarray) -> np.ndarray:
             kv = transpose(w).reshape(R, H, En + Ev)
             return np.ascontiguousarray(kv[..., :En] if part == 0 else kv[..., En:])

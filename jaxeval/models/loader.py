@@ -31,10 +31,10 @@ from jaxeval.mesh import single_device_mesh
 from jaxeval.models import gguf
 from jaxeval.models.attention_backend import select_attention
 from jaxeval.models.checkpoint import CheckpointReader
+from jaxeval.models.experts import select_experts
 from jaxeval.models.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
 from jaxeval.models.gguf_file import GGUFFile
 from jaxeval.models.hf_weights import Source
-from jaxeval.models.moe import select_experts
 from jaxeval.models.mxfp4 import with_mxfp4
 from jaxeval.models.params import ParamInfo, is_info, param_layout
 from jaxeval.models.sharding import logical_sharding
@@ -68,7 +68,7 @@ def with_backends(
     spec: ModelSpec, mesh: Mesh, attention: str | None = None, experts: str | None = None
 ) -> ModelSpec:
     """`spec` with the attention backend (`select_attention`) and, for a Mixture of Experts, the
-    expert backend (`moe.select_experts`) for `mesh`; the settings None read the environment."""
+    expert backend (`experts.select_experts`) for `mesh`; the settings None read the environment."""
     spec = dataclasses.replace(spec, attention=select_attention(mesh, attention))
     if spec.moe is not None:
         spec = dataclasses.replace(

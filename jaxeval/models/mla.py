@@ -74,11 +74,11 @@ def mla_qkv(
     m: MLASpec = spec.mla
     q = _queries(spec, p, x)
     c = norm(p["kv_a_norm"], dense(x, p["kv_a"], "btd,dr->btr"), kind="rms", eps=m.norm_eps)
-    k_rope = dense(x, p["k_rope"], "btd,de->bte")  # [B, T, E_r]: one rope key for all heads
-    k_nope = dense(c, p["k_b"], "btr,rhe->bthe")  # [B, T, H, E_n]
+    k_rope = dense(x, p["k_rope"], "btd,de->bte")  # [B, T, E']: one rope key for all heads
+    k_nope = dense(c, p["k_b"], "btr,rhe->bthe")  # [B, T, H, En]
     b, t, h, _ = k_nope.shape
     k = jnp.concatenate([jnp.broadcast_to(k_rope[:, :, None], (b, t, h, m.rope_dim)), k_nope], -1)
-    v = dense(c, p["v_b"], "btr,rhe->bthe")  # [B, T, H, E_v]
+    v = dense(c, p["v_b"], "btr,rhe->bthe")  # [B, T, H, Ev]
     v = jnp.pad(v, [(0, 0), (0, 0), (0, 0), (0, spec.head_dim - m.v_dim)])
     return q, k, v
 
@@ -106,7 +106,7 @@ def mla_latent_qkv(
 
 def mla_latent_output(spec, p: dict[str, Any], out: Float["B T H W"]) -> Float["B T D"]:
     """sum_s p_s c_s per head (the first R_kv features) through W_vb, then the output projection."""
-    v = dense(out[..., : spec.mla.kv_lora_rank], p["v_b"], "bthr,rhe->bthe")  # [B, T, H, E_v]
+    v = dense(out[..., : spec.mla.kv_lora_rank], p["v_b"], "bthr,rhe->bthe")  # [B, T, H, Ev]
     return dense(v, p["o"], "bthe,hed->btd")
 
 

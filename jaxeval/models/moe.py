@@ -2,8 +2,8 @@
 
 One layer, per token: a router scores the X experts, the K best are run, and their outputs are
 summed weighted by the routing weights; shared experts (always on) are added. Shapes: tokens are
-the B*T rows of `x` flattened; X experts, K experts per token (the top-k), F the width of one
-expert (`MoESpec.expert_size`), D the model width. The routing of one token, X = 4, K = 2:
+the B*T rows of `x` flattened; Nx experts, Kx experts per token (the top-k), Fx the width of one
+expert (`MoESpec.expert_size`), D the model width. The routing of one token, Nx = 4, Kx = 2:
 
     logits        [1.0, 3.0, 0.5, 2.0]
     scores        softmax -> [0.085, 0.631, 0.052, 0.232]   (or sigmoid; families below)
@@ -21,7 +21,7 @@ backend (`select_experts`, chosen once per model like `attention_backend.select_
              assignment, X times the FLOPs (tests/models/test_moe.py has the numbers)
     dense    every expert on every token (X/K times the FLOPs), the reference of the tests
 
-Assignment layout of the blocked backend, X = 3 experts, K = 1, m = 2, experts of 5 tokens
+Assignment layout of the blocked backend, Nx = 3 experts, Kx = 1, m = 2, experts of 5 tokens
 [2, 0, 2, 2, 0]:
 
     sorted by expert     tokens [1, 4 | 0, 2, 3]     group sizes [2, 0, 3]
@@ -42,8 +42,8 @@ Routing per family (HF's `*TopKRouter` / `*TopkRouter` classes; every cast is HF
                           float32, never renormalised (HF ignores `norm_topk_prob`); shared experts
     deepseek_v3, glm4_moe logits from float32; sigmoid; experts chosen on scores + correction
                           bias, groups ranked by the sum of their two best corrected scores, the
-                          rest -inf; weights the uncorrected scores, renormalised (+ 1e-20),
-                          * routed_scaling_factor, float32; shared experts
+                          rest -inf; weights the uncorrected scores, renormalised (+ 1e-20)
+                          if `norm_topk_prob`, * routed_scaling_factor, float32; shared experts
 
 Combination (HF's default `grouped_mm` experts): each expert's output in x's dtype times its
 weight (in the weight's dtype: float32 or x's), summed over the K in float32, cast to x's dtype,
@@ -53,228 +53,27 @@ then the shared experts' output (x's dtype) added.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh
 
-from jaxeval.errors import JaxevalError
+from jaxeval.models.experts import (
+    BLOCKED,
+    GPT_OSS,
+    BlockedExperts,
+    DenseExperts,
+    ExpertBackend,
+    RaggedExperts,
+)
 from jaxeval.models.layers import ACTIVATIONS, HIGHEST, dense, mlp
 from jaxeval.models.param_info import ParamInfo
-from jaxeval.shapes import Float, Int, pow2_at_most
+from jaxeval.shapes import Float, Int
 
-ENV = "JAXEVAL_MOE"
-SETTINGS = ("auto", "ragged", "blocked")
 SCORINGS = ("softmax", "sigmoid")
 ORDERS = ("score_then_topk", "topk_then_softmax")
 GROUP_SCORES = ("max", "top2_sum")
 DTYPES = ("hidden", "float32")
-GPT_OSS = "gpt_oss"  # the clamped SwiGLU of gpt_oss, an `activation` beside layers.ACTIVATIONS
-
-
-# ---------------------------------------------------------------------------------------------
-# One expert's MLP, and the weighted sum over the K
-# ---------------------------------------------------------------------------------------------
-
-
-def _gpt_oss_glu(gate: jax.Array, up: jax.Array, moe: MoESpec) -> jax.Array:
-    """HF `GptOssExperts._apply_gate`: (clip(up) + 1) * g * sigmoid(alpha g), g = min(gate, limit)."""
-    gate = jnp.minimum(gate, moe.swiglu_limit)
-    up = jnp.clip(up, -moe.swiglu_limit, moe.swiglu_limit)
-    return (up + 1) * (gate * jax.nn.sigmoid(gate * moe.swiglu_alpha))
-
-
-def _glu(gate: jax.Array, up: jax.Array, moe: MoESpec) -> jax.Array:
-    if moe.activation == GPT_OSS:
-        return _gpt_oss_glu(gate, up, moe)
-    return ACTIVATIONS[moe.activation](gate) * up
-
-
-def _expert_mlp(e: dict[str, jax.Array], x: jax.Array, moe: MoESpec) -> jax.Array:
-    """One expert on rows `x` [..., D]: down(glu(x gate + b, x up + b)) + b, in x's dtype.
-    `e` holds one expert's weights: gate, up [D, F], down [F, D], biases [F] / [D] (gpt_oss)."""
-    g = dense(x, e["gate"], "...d,df->...f", e.get("gate_bias"))
-    u = dense(x, e["up"], "...d,df->...f", e.get("up_bias"))
-    return dense(_glu(g, u, moe), e["down"], "...f,fd->...d", e.get("down_bias"))
-
-
-_EXPERT_KEYS = ("gate", "up", "down", "gate_bias", "up_bias", "down_bias")
-
-
-def _experts_of(p: dict[str, Any]) -> dict[str, jax.Array]:
-    """The stacked [X, ...] expert weights of a layer's parameters."""
-    return {k: p[k] for k in _EXPERT_KEYS if k in p}
-
-
-def _weighted(y: jax.Array, weights: jax.Array) -> jax.Array:
-    """y * weight in their common dtype (HF's product), then float32 for the sum over the K."""
-    return (y * weights[..., None]).astype(jnp.float32)
-
-
-# ---------------------------------------------------------------------------------------------
-# Expert backends: sum_k weight_k * expert_k(x) in float32, [B*T, D]
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DenseExperts:
-    """The reference: all X experts on all tokens, then each token's K outputs picked. Tests only:
-    X/K times the FLOPs and an [X, B*T, D] intermediate."""
-
-    name: str = "dense"
-
-    def combine(self, p, x: Float["B*T D"], experts: Int["B*T K"], weights: Float["B*T K"], *,
-                moe) -> Float["B*T D"]:  # fmt: skip
-        y = jax.vmap(lambda e: _expert_mlp(e, x, moe))(_experts_of(p))  # [X, B*T, D]
-        picked = y[experts, jnp.arange(x.shape[0])[:, None]]  # [B*T, K, D]
-        return _weighted(picked, weights).sum(axis=1)
-
-
-def _sort_by_expert(experts: Int["B*T K"], num_experts: int):
-    """(order, sizes): the flat assignments (token * K + k) sorted by expert (stable), and each
-    expert's number of assignments [X]."""
-    flat = experts.reshape(-1)
-    order = jnp.argsort(flat, stable=True).astype(jnp.int32)
-    sizes = jnp.bincount(flat, length=num_experts).astype(jnp.int32)
-    return order, sizes
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RaggedExperts:
-    """`jax.lax.ragged_dot` over the assignments sorted by expert: native on XLA:TPU, a dense
-    computation over all experts on XLA:CPU and GPU (module docstring)."""
-
-    name: str = "ragged"
-
-    def combine(self, p, x: Float["B*T D"], experts: Int["B*T K"], weights: Float["B*T K"], *,
-                moe) -> Float["B*T D"]:  # fmt: skip
-        n, k = experts.shape
-        order, sizes = _sort_by_expert(experts, moe.num_experts)
-        rows = x[order // k]  # [B*T*K, D] sorted by expert
-        chosen = experts.reshape(-1)[order]  # [B*T*K]
-
-        def grouped(h, w, bias):
-            y = jax.lax.ragged_dot(h, w.astype(h.dtype), sizes, precision=HIGHEST)
-            return y if bias is None else y + bias[chosen].astype(h.dtype)
-
-        g = grouped(rows, p["gate"], p.get("gate_bias"))
-        u = grouped(rows, p["up"], p.get("up_bias"))
-        y = grouped(_glu(g, u, moe), p["down"], p.get("down_bias"))  # [B*T*K, D]
-        y = jnp.zeros_like(y).at[order].set(y).reshape(n, k, -1)  # back to token order
-        return _weighted(y, weights).sum(axis=1)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class BlockedExperts:
-    """Each expert's group of assignments padded to a multiple of `block` rows; a loop over the
-    used blocks only, each running one expert's whole MLP (weights read by dynamic index).
-
-    `block` None: `block_size`'s rule, m = the largest power of two <= B*T*K / (4 X), clamped to
-    [8, 128]. The loop runs sum over experts of ceil(group / m) blocks, at most
-    B*T*K / m + min(X, B*T*K): padding adds at most X m rows, a quarter of the B*T*K assignments
-    where the clamp does not bind (Qwen3-30B-A3B, 2,048 tokens: m = 32, at most 1.25 times the
-    active FLOPs, tests/models/test_moe.py). Small batches (decoding) clamp to m = 8: each used
-    expert's weights are read once, which bounds those steps anyway.
-    """
-
-    name: str = "blocked"
-    block: int | None = None
-    min_block: int = 8
-    max_block: int = 128
-
-    def __post_init__(self):
-        if self.block is not None and self.block < 1:
-            raise ValueError(f"block must be positive, got {self.block}")
-
-    def block_size(self, assignments: int, num_experts: int) -> int:
-        """Rows per block for `assignments` = B*T*K over `num_experts` = X (class docstring)."""
-        if self.block is not None:
-            return self.block
-        rule = pow2_at_most(max(1, assignments // (4 * num_experts)))
-        return max(self.min_block, min(self.max_block, rule))
-
-    def max_blocks(self, assignments: int, num_experts: int) -> int:
-        """The static bound on the loop's trip count (class docstring)."""
-        m = self.block_size(assignments, num_experts)
-        return assignments // m + min(num_experts, assignments)
-
-    def combine(self, p, x: Float["B*T D"], experts: Int["B*T K"], weights: Float["B*T K"], *,
-                moe) -> Float["B*T D"]:  # fmt: skip
-        n, k = experts.shape
-        m = self.block_size(n * k, moe.num_experts)
-        token, weight, block_expert, used = _block_layout(
-            experts, weights, moe.num_experts, m, self.max_blocks(n * k, moe.num_experts)
-        )
-        stacked = _experts_of(p)
-
-        def body(b, acc):
-            tok = jax.lax.dynamic_slice_in_dim(token, b * m, m)  # [m]: B*T marks a padding row
-            w = jax.lax.dynamic_slice_in_dim(weight, b * m, m)
-            e = {
-                name: jax.lax.dynamic_index_in_dim(v, block_expert[b], keepdims=False)
-                for name, v in stacked.items()
-            }
-            xb = x.at[tok].get(mode="fill", fill_value=0)  # [m, D]
-            return acc.at[tok].add(_weighted(_expert_mlp(e, xb, moe), w), mode="drop")
-
-        acc = jnp.zeros((n, x.shape[-1]), jnp.float32)
-        return jax.lax.fori_loop(0, used, body, acc)
-
-
-def _block_layout(experts: Int["B*T K"], weights: Float["B*T K"], num_experts: int, m: int,
-                  max_blocks: int):  # fmt: skip
-    """The padded rows of the blocked backend (module docstring): each of the `max_blocks * m`
-    rows' token (B*T on padding rows) and routing weight (0 on padding rows), each block's
-    expert, and the number of blocks used (the loop's trip count)."""
-    n, k = experts.shape
-    order, sizes = _sort_by_expert(experts, num_experts)
-    blocks = (sizes + m - 1) // m  # [X] blocks of each expert
-    block_end = jnp.cumsum(blocks)  # [X]
-    chosen = experts.reshape(-1)[order]  # [B*T*K] expert of each sorted assignment
-    rank = jnp.arange(n * k, dtype=jnp.int32) - (jnp.cumsum(sizes) - sizes)[chosen]
-    row = (block_end - blocks)[chosen] * m + rank  # [B*T*K] padded row of each assignment
-    token = jnp.full((max_blocks * m,), n, jnp.int32).at[row].set(order // k)
-    weight = jnp.zeros((max_blocks * m,), weights.dtype).at[row].set(weights.reshape(-1)[order])
-    blocks_before = jnp.arange(max_blocks, dtype=jnp.int32)
-    block_expert = jnp.searchsorted(block_end, blocks_before, side="right", method="compare_all")
-    block_expert = jnp.minimum(block_expert, num_experts - 1).astype(jnp.int32)
-    return token, weight, block_expert, block_end[-1]
-
-
-ExpertBackend = DenseExperts | RaggedExperts | BlockedExperts
-DENSE = DenseExperts()
-RAGGED = RaggedExperts()
-BLOCKED = BlockedExperts()
-
-
-def requested(setting: str | None = None) -> str:
-    """The setting in force: `setting`, else `JAXEVAL_MOE`, else "auto"."""
-    value = (setting if setting is not None else os.environ.get(ENV) or "auto").strip().lower()
-    if value not in SETTINGS:
-        raise JaxevalError(
-            f"moe={value!r} is not one of {', '.join(SETTINGS)}",
-            field="moe",
-            hint=f"set --model_args moe=... or {ENV} to auto, ragged or blocked",
-        )
-    return value
-
-
-def select_experts(
-    platform_or_mesh: str | Mesh | None, setting: str | None = None
-) -> ExpertBackend:
-    """The expert backend for a model on a platform ("cpu", "gpu", "tpu"), a mesh's devices or,
-    for None, JAX's default backend: `setting`, else `JAXEVAL_MOE`, else auto = ragged on TPU
-    and blocked elsewhere (module docstring)."""
-    value = requested(setting)
-    if value != "auto":
-        return RAGGED if value == "ragged" else BLOCKED
-    if isinstance(platform_or_mesh, Mesh):
-        platforms = {d.platform for d in platform_or_mesh.devices.flat}
-    else:
-        platforms = {platform_or_mesh or jax.default_backend()}
-    return RAGGED if platforms == {"tpu"} else BLOCKED
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,7 +100,7 @@ class MoESpec:
                          the weights read from them) or "top2_sum" of its two best corrected
                          scores (deepseek_v3, glm4_moe: the others -inf)
     router_bias          the router has a bias (gpt_oss)
-    correction_bias      e_score_correction_bias [X], added for the choice only (deepseek_v3,
+    correction_bias      e_score_correction_bias [Nx], added for the choice only (deepseek_v3,
                          glm4_moe)
     expert_bias          the experts' projections have biases (gpt_oss)
     activation           a key of layers.ACTIVATIONS, or "gpt_oss": the clamped SwiGLU
@@ -391,9 +190,9 @@ class MoESpec:
 def moe_param_layout(moe: MoESpec, d: int, L: int) -> dict[str, Any]:
     """One MoE layer's parameters stacked over L layers, canonical layout (x @ W):
 
-    router [L, D, X]  router_bias, correction_bias [L, X]
-    gate, up [L, X, D, F]  down [L, X, F, D]  gate_bias, up_bias [L, X, F]  down_bias [L, X, D]
-    shared {gate, up [L, D, S], down [L, S, D]}  shared_gate [L, D, 1]   (S = shared_size)
+    router [L, D, Nx]  router_bias, correction_bias [L, Nx]
+    gate, up [L, Nx, D, Fx]  down [L, Nx, Fx, D]  gate_bias, up_bias [L, Nx, Fx]  down_bias [L, Nx, D]
+    shared {gate, up [L, D, Fs], down [L, Fs, D]}  shared_gate [L, D, 1]   (Fs = shared_size)
     """
     x, f = moe.num_experts, moe.expert_size
 
@@ -426,7 +225,7 @@ def moe_param_layout(moe: MoESpec, d: int, L: int) -> dict[str, Any]:
     return tree
 
 
-def router_logits(p: dict[str, Any], x: Float["B*T D"], *, moe: MoESpec) -> Float["B*T X"]:
+def router_logits(p: dict[str, Any], x: Float["B*T D"], *, moe: MoESpec) -> Float["B*T Nx"]:
     """The router's logits as HF computes them, returned in float32: rounded once to x's dtype
     (`router_dtype` "hidden", bias included as in torch's fused addmm) or from float32 x and
     weights ("float32")."""
@@ -443,23 +242,23 @@ def router_logits(p: dict[str, Any], x: Float["B*T D"], *, moe: MoESpec) -> Floa
     return logits.astype(compute).astype(jnp.float32)
 
 
-def _group_keep(choice: Float["B*T X"], moe: MoESpec) -> jax.Array:
-    """bool [B*T, X]: the experts of each token's best `topk_group` groups."""
+def _group_keep(choice: Float["B*T Nx"], moe: MoESpec) -> jax.Array:
+    """bool [B*T, Nx]: the experts of each token's best `topk_group` groups."""
     n, x = choice.shape
     grouped = choice.reshape(n, moe.n_group, x // moe.n_group)
     if moe.group_score == "max":
-        group_scores = grouped.max(axis=-1)  # [B*T, n_group]
+        group_scores = grouped.max(axis=-1)  # one score per group
     else:
         group_scores = jax.lax.top_k(grouped, 2)[0].sum(axis=-1)
-    best = jax.lax.top_k(group_scores, moe.topk_group)[1]  # [B*T, topk_group]
-    keep = (best[:, :, None] == jnp.arange(moe.n_group)).any(axis=1)  # [B*T, n_group]
+    best = jax.lax.top_k(group_scores, moe.topk_group)[1]  # each token's best groups
+    keep = (best[:, :, None] == jnp.arange(moe.n_group)).any(axis=1)  # per token and group
     return jnp.repeat(keep, x // moe.n_group, axis=1)
 
 
 def route(
-    logits: Float["B*T X"], p: dict[str, Any], moe: MoESpec
-) -> tuple[Float["B*T K"], Int["B*T K"]]:
-    """(weights float32 [B*T, K], experts int32 [B*T, K]) from float32 router logits, as HF's
+    logits: Float["B*T Nx"], p: dict[str, Any], moe: MoESpec
+) -> tuple[Float["B*T Kx"], Int["B*T Kx"]]:
+    """(weights float32 [B*T, Kx], experts int32 [B*T, Kx]) from float32 router logits, as HF's
     router for the family (module docstring). Equal scores go to the lower expert index
     (`jax.lax.top_k`); torch's partial sort breaks exact ties its own way."""
     if moe.order == "topk_then_softmax":
@@ -475,11 +274,9 @@ def route(
     if moe.grouped:
         fill = 0.0 if moe.group_score == "max" else -jnp.inf
         choice = jnp.where(_group_keep(choice, moe), choice, fill)
-    top, experts = jax.lax.top_k(choice, moe.top_k)
-    # deepseek_v2 reads the weights from its masked scores, deepseek_v3 / glm4_moe from the
-    # uncorrected, unmasked ones.
-    weights = top if moe.group_score == "max" and not moe.correction_bias else None
-    if weights is None:
+    weights, experts = jax.lax.top_k(choice, moe.top_k)
+    if moe.correction_bias or moe.group_score == "top2_sum":
+        # deepseek_v3 / glm4_moe: the uncorrected, unmasked scores (deepseek_v2: the masked ones)
         weights = jnp.take_along_axis(scores, experts, axis=-1)
     if moe.norm_topk_prob:
         eps = 1e-20 if moe.scoring == "sigmoid" else 0.0  # deepseek_v3 / glm4_moe add 1e-20

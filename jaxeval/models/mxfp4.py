@@ -124,7 +124,7 @@ def dequantize_ggml_mxfp4(raw: np.ndarray) -> np.ndarray:
     raw = np.asarray(raw, dtype=np.uint8)
     n = raw.shape[0]
     blocks = raw.reshape(-1, GGML_BLOCK_BYTES)
-    pairs = _GGML_PAIRS[blocks[:, 1:].astype(np.intp)].view(np.float32)  # [b, 16 * 2]
+    pairs = _GGML_PAIRS[blocks[:, 1:].astype(np.intp)].view(np.float32)  # (blocks, 32)
     values = np.ascontiguousarray(pairs.reshape(-1, BLOCK // 2, 2).swapaxes(1, 2))  # low | high
     values = values.reshape(-1, BLOCK)
     _scale(values, blocks[:, 0])

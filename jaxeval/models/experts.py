@@ -1,0 +1,234 @@
+"""How an MoE layer's experts run on their tokens: one expert's MLP, and the grouped-matmul
+backends (`select_experts`), chosen once per model like `attention_backend.select_attention`.
+
+    ragged   `jax.lax.ragged_dot` over the assignments sorted by expert; XLA:TPU runs it natively
+    blocked  each expert's group padded to a multiple of a block of m rows; a loop over the used
+             blocks only runs one expert's whole MLP per block (CPU, GPU: there `ragged_dot` is
+             expanded into a dense computation over all X experts)
+    dense    every expert on every token, the reference (tests only)
+
+The routing, the spec and the layer are `jaxeval.models.moe`'s; `moe` is passed in (a `MoESpec`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from jaxeval.errors import JaxevalError
+from jaxeval.models.layers import ACTIVATIONS, HIGHEST, dense
+from jaxeval.shapes import Float, Int, pow2_at_most
+
+ENV = "JAXEVAL_MOE"
+SETTINGS = ("auto", "ragged", "blocked")
+GPT_OSS = "gpt_oss"  # the clamped SwiGLU of gpt_oss, an `activation` beside layers.ACTIVATIONS
+MoESpec = Any  # `jaxeval.models.moe.MoESpec` (imported there, not here: no cycle)
+
+# ---------------------------------------------------------------------------------------------
+# One expert's MLP, and the weighted sum over the K
+# ---------------------------------------------------------------------------------------------
+
+
+def _gpt_oss_glu(gate: jax.Array, up: jax.Array, moe: MoESpec) -> jax.Array:
+    """HF `GptOssExperts._apply_gate`: (clip(up) + 1) * g * sigmoid(alpha g), g = min(gate, limit)."""
+    gate = jnp.minimum(gate, moe.swiglu_limit)
+    up = jnp.clip(up, -moe.swiglu_limit, moe.swiglu_limit)
+    return (up + 1) * (gate * jax.nn.sigmoid(gate * moe.swiglu_alpha))
+
+
+def _glu(gate: jax.Array, up: jax.Array, moe: MoESpec) -> jax.Array:
+    if moe.activation == GPT_OSS:
+        return _gpt_oss_glu(gate, up, moe)
+    return ACTIVATIONS[moe.activation](gate) * up
+
+
+def _expert_mlp(e: dict[str, jax.Array], x: jax.Array, moe: MoESpec) -> jax.Array:
+    """One expert on rows `x` [..., D]: down(glu(x gate + b, x up + b)) + b, in x's dtype.
+    `e` holds one expert's weights: gate, up [D, Fx], down [Fx, D], biases [Fx] / [D] (gpt_oss)."""
+    g = dense(x, e["gate"], "...d,df->...f", e.get("gate_bias"))
+    u = dense(x, e["up"], "...d,df->...f", e.get("up_bias"))
+    return dense(_glu(g, u, moe), e["down"], "...f,fd->...d", e.get("down_bias"))
+
+
+_EXPERT_KEYS = ("gate", "up", "down", "gate_bias", "up_bias", "down_bias")
+
+
+def _experts_of(p: dict[str, Any]) -> dict[str, jax.Array]:
+    """The stacked [Nx, ...] expert weights of a layer's parameters."""
+    return {k: p[k] for k in _EXPERT_KEYS if k in p}
+
+
+def _weighted(y: jax.Array, weights: jax.Array) -> jax.Array:
+    """y * weight in their common dtype (HF's product), then float32 for the sum over the K."""
+    return (y * weights[..., None]).astype(jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Expert backends: sum_k weight_k * expert_k(x) in float32, [B*T, D]
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DenseExperts:
+    """The reference: all X experts on all tokens, then each token's K outputs picked. Tests only:
+    Nx/Kx times the FLOPs and an [Nx, B*T, D] intermediate."""
+
+    name: str = "dense"
+
+    def combine(self, p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], *,
+                moe) -> Float["B*T D"]:  # fmt: skip
+        y = jax.vmap(lambda e: _expert_mlp(e, x, moe))(_experts_of(p))  # [Nx, B*T, D]
+        picked = y[experts, jnp.arange(x.shape[0])[:, None]]  # [B*T, Kx, D]
+        return _weighted(picked, weights).sum(axis=1)
+
+
+def _sort_by_expert(experts: Int["B*T Kx"], num_experts: int):
+    """(order, sizes): the flat assignments (token * K + k) sorted by expert (stable), and each
+    expert's number of assignments [Nx]."""
+    flat = experts.reshape(-1)
+    order = jnp.argsort(flat, stable=True).astype(jnp.int32)
+    sizes = jnp.bincount(flat, length=num_experts).astype(jnp.int32)
+    return order, sizes
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RaggedExperts:
+    """`jax.lax.ragged_dot` over the assignments sorted by expert: native on XLA:TPU, a dense
+    computation over all experts on XLA:CPU and GPU (module docstring)."""
+
+    name: str = "ragged"
+
+    def combine(self, p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], *,
+                moe) -> Float["B*T D"]:  # fmt: skip
+        n, k = experts.shape
+        order, sizes = _sort_by_expert(experts, moe.num_experts)
+        rows = x[order // k]  # [B*T*Kx, D] sorted by expert
+        chosen = experts.reshape(-1)[order]  # [B*T*Kx]
+
+        def grouped(h, w, bias):
+            y = jax.lax.ragged_dot(h, w.astype(h.dtype), sizes, precision=HIGHEST)
+            return y if bias is None else y + bias[chosen].astype(h.dtype)
+
+        g = grouped(rows, p["gate"], p.get("gate_bias"))
+        u = grouped(rows, p["up"], p.get("up_bias"))
+        y = grouped(_glu(g, u, moe), p["down"], p.get("down_bias"))  # [B*T*Kx, D]
+        y = jnp.zeros_like(y).at[order].set(y).reshape(n, k, -1)  # back to token order
+        return _weighted(y, weights).sum(axis=1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BlockedExperts:
+    """Each expert's group of assignments padded to a multiple of `block` rows; a loop over the
+    used blocks only, each running one expert's whole MLP (weights read by dynamic index).
+
+    `block` None: `block_size`'s rule, m = the largest power of two <= B*T*K / (4 X), clamped to
+    [8, 128]. The loop runs sum over experts of ceil(group / m) blocks (`max_blocks` bounds it):
+    padding adds under X m rows, a quarter of the B*T*K assignments where the clamp does not bind
+    (Qwen3-30B-A3B, 2,048 tokens: m = 32, at most 1.24 times the active rows; 1.28 times the
+    active FLOPs with the router and the activations, tests/models/test_moe.py). Small batches
+    (decoding) clamp to m = 8: each used expert's weights are read once, which bounds those steps
+    anyway.
+    """
+
+    name: str = "blocked"
+    block: int | None = None
+    min_block: int = 8
+    max_block: int = 128
+
+    def __post_init__(self):
+        if self.block is not None and self.block < 1:
+            raise ValueError(f"block must be positive, got {self.block}")
+
+    def block_size(self, assignments: int, num_experts: int) -> int:
+        """Rows per block for `assignments` = B*T*K over `num_experts` = X (class docstring)."""
+        if self.block is not None:
+            return self.block
+        rule = pow2_at_most(max(1, assignments // (4 * num_experts)))
+        return max(self.min_block, min(self.max_block, rule))
+
+    def max_blocks(self, assignments: int, num_experts: int) -> int:
+        """The static bound on the loop's trip count: sum over the (at most min(X, B*T*K))
+        non-empty groups of ceil(group / m) <= (B*T*K + min(X, B*T*K) (m - 1)) / m."""
+        m = self.block_size(assignments, num_experts)
+        return (assignments + min(num_experts, assignments) * (m - 1)) // m
+
+    def combine(self, p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], *,
+                moe) -> Float["B*T D"]:  # fmt: skip
+        n, k = experts.shape
+        m = self.block_size(n * k, moe.num_experts)
+        token, weight, block_expert, used = _block_layout(
+            experts, weights, moe.num_experts, m, self.max_blocks(n * k, moe.num_experts)
+        )
+        stacked = _experts_of(p)
+
+        def body(b, acc):
+            tok = jax.lax.dynamic_slice_in_dim(token, b * m, m)  # B*T marks a padding row
+            w = jax.lax.dynamic_slice_in_dim(weight, b * m, m)
+            e = {
+                name: jax.lax.dynamic_index_in_dim(v, block_expert[b], keepdims=False)
+                for name, v in stacked.items()
+            }
+            xb = x.at[tok].get(mode="fill", fill_value=0)  # the block's m rows of x
+            return acc.at[tok].add(_weighted(_expert_mlp(e, xb, moe), w), mode="drop")
+
+        acc = jnp.zeros((n, x.shape[-1]), jnp.float32)
+        return jax.lax.fori_loop(0, used, body, acc)
+
+
+def _block_layout(experts: Int["B*T Kx"], weights: Float["B*T Kx"], num_experts: int, m: int,
+                  max_blocks: int):  # fmt: skip
+    """The padded rows of the blocked backend (module docstring): each of the `max_blocks * m`
+    rows' token (B*T on padding rows) and routing weight (0 on padding rows), each block's
+    expert, and the number of blocks used (the loop's trip count)."""
+    n, k = experts.shape
+    order, sizes = _sort_by_expert(experts, num_experts)
+    blocks = (sizes + m - 1) // m  # [Nx] blocks of each expert
+    block_end = jnp.cumsum(blocks)  # [Nx]
+    chosen = experts.reshape(-1)[order]  # [B*T*Kx] expert of each sorted assignment
+    rank = jnp.arange(n * k, dtype=jnp.int32) - (jnp.cumsum(sizes) - sizes)[chosen]
+    row = (block_end - blocks)[chosen] * m + rank  # [B*T*Kx] padded row of each assignment
+    token = jnp.full((max_blocks * m,), n, jnp.int32).at[row].set(order // k)
+    weight = jnp.zeros((max_blocks * m,), weights.dtype).at[row].set(weights.reshape(-1)[order])
+    blocks_before = jnp.arange(max_blocks, dtype=jnp.int32)
+    block_expert = jnp.searchsorted(block_end, blocks_before, side="right", method="compare_all")
+    block_expert = jnp.minimum(block_expert, num_experts - 1).astype(jnp.int32)
+    return token, weight, block_expert, block_end[-1]
+
+
+ExpertBackend = DenseExperts | RaggedExperts | BlockedExperts
+DENSE = DenseExperts()
+RAGGED = RaggedExperts()
+BLOCKED = BlockedExperts()
+
+
+def _requested(setting: str | None = None) -> str:
+    """The setting in force: `setting`, else `JAXEVAL_MOE`, else "auto"."""
+    value = (setting if setting is not None else os.environ.get(ENV) or "auto").strip().lower()
+    if value not in SETTINGS:
+        raise JaxevalError(
+            f"moe={value!r} is not one of {', '.join(SETTINGS)}",
+            field="moe",
+            hint=f"set --model_args moe=... or {ENV} to auto, ragged or blocked",
+        )
+    return value
+
+
+def select_experts(
+    platform_or_mesh: str | Mesh | None, setting: str | None = None
+) -> ExpertBackend:
+    """The expert backend for a model on a platform ("cpu", "gpu", "tpu"), a mesh's devices or,
+    for None, JAX's default backend: `setting`, else `JAXEVAL_MOE`, else auto = ragged on TPU
+    and blocked elsewhere (module docstring)."""
+    value = _requested(setting)
+    if value != "auto":
+        return RAGGED if value == "ragged" else BLOCKED
+    if isinstance(platform_or_mesh, Mesh):
+        platforms = {d.platform for d in platform_or_mesh.devices.flat}
+    else:
+        platforms = {platform_or_mesh or jax.default_backend()}
+    return RAGGED if platforms == {"tpu"} else BLOCKED
