@@ -2,6 +2,8 @@
 
     python examples/train_and_evaluate.py                 # ~1-2 minutes on 2 CPU cores
     python examples/train_and_evaluate.py --steps 1000 --eval_every 100 --out run.png
+    python examples/train_and_evaluate.py --tensorboard tb/ --results_dir runs/
+    jaxeval report runs/ -o report.html                   # curves by step, first vs last checkpoint
 
 Text (about 250 KB, all bundled with the repository): five WikiText-2 test pages, LAMBADA, BoolQ
 and DROP passages (tests/data), and ARC-Easy validation and GSM8K train rows as
@@ -11,6 +13,14 @@ Every `--eval_every` steps the model is scored on three bundled tasks:
 and `demo_gsm8k` (5-shot generation), through `jaxeval.InMemoryLM`: the parameters stay on the
 device and the compiled kernels are reused, so only the first evaluation compiles. Each
 evaluation prints lm-eval's table; at the end a PNG plots the metrics against the step.
+
+Logging per step: `jaxeval.trackers.flatten_results` turns each evaluation into flat scalars
+(`eval/demo_arc_easy/acc_norm`, `eval/demo_gsm8k/exact_match/flexible-extract`, ...), which
+`--tensorboard DIR` writes as TensorBoard event files (`pip install "jaxeval[tensorboard]"`;
+`jaxeval.trackers.WandbStepLogger` does the same for W&B). `--results_dir DIR` saves every
+evaluation as lm-eval's results and samples files (DIR/step_000040/...), the model's step in them,
+so `jaxeval report DIR` draws the metrics against the step and compares checkpoints document by
+document.
 """
 
 from __future__ import annotations
@@ -75,6 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--max_gen_toks", type=int, default=16)
     parser.add_argument("--out", default="train_and_evaluate.png", help="the plot (PNG)")
+    parser.add_argument("--tensorboard", default=None, help="write TensorBoard event files here")
+    parser.add_argument("--results_dir", default=None, help="save each evaluation's files here")
     args = parser.parse_args(argv)
 
     import jax
@@ -86,8 +98,9 @@ def main(argv: list[str] | None = None) -> dict:
     import jaxeval
     from examples.nnx_llama import LlamaConfig, NnxLlama, next_token_loss
     from jaxeval.api.task_manager import TaskManager
-    from jaxeval.output import make_table
+    from jaxeval.output import make_table, save_results
     from jaxeval.tiny import train_tokenizer
+    from jaxeval.trackers import TensorBoardLogger, flatten_results
 
     start = time.perf_counter()
     texts = training_text()
@@ -124,6 +137,8 @@ def main(argv: list[str] | None = None) -> dict:
     tasks = TaskManager()  # parsed once, reused by every evaluation
     rng = np.random.default_rng(0)
     history: dict[str, list] = {"step": [], "loss": [], "eval_s": [], **{k: [] for k in METRICS}}
+    history["scalars"] = []  # flatten_results of each evaluation
+    tensorboard = TensorBoardLogger(args.tensorboard) if args.tensorboard else None
 
     def evaluate(step: int, loss: float) -> None:
         t0 = time.perf_counter()
@@ -133,10 +148,20 @@ def main(argv: list[str] | None = None) -> dict:
             tasks=TASKS,
             limit=args.limit,
             gen_kwargs=f"max_gen_toks={args.max_gen_toks}",
-            bootstrap_iters=0,
-            log_samples=False,
+            bootstrap_iters=0 if args.results_dir is None else 100,
+            log_samples=args.results_dir is not None,
             task_manager=tasks,
         )
+        history["scalars"].append(flatten_results(results))
+        if tensorboard is not None:
+            tensorboard.log_results(results, step=step)
+            if step > 0:
+                tensorboard.log_scalars({"train/loss": loss}, step=step)
+        if args.results_dir:  # results["config"]["in_memory"]["step"] says which checkpoint
+            folder = os.path.join(args.results_dir, f"step_{step:06d}")
+            save_results(
+                results, folder, model_args="pretrained=train_and_evaluate", model_source="jax"
+            )
         history["step"].append(step)
         history["loss"].append(loss)
         history["eval_s"].append(time.perf_counter() - t0)
@@ -159,6 +184,8 @@ def main(argv: list[str] | None = None) -> dict:
         batch = np.stack([stream[s : s + args.seq_len + 1] for s in starts])
         loss = float(train_step(model, optimizer, jnp.asarray(batch)))
 
+    if tensorboard is not None:
+        tensorboard.close()
     plot(history, args.out)
     history["total_s"] = time.perf_counter() - start
     ppl = history["ppl"]

@@ -7,6 +7,9 @@
     jaxeval demo                                        (offline: tiny model + bundled task)
     jaxeval plan --model_args pretrained=DIR --mesh fsdp --devices 8   (memory per device from
                                      config.json alone: parameters, activations, KV cache)
+    jaxeval report out/ other_out/ -o report.html   (one self-contained page: results table,
+                                     charts, paired tests and the documents that changed)
+    jaxeval run ... --wandb_args project=P --hf_hub_log_args hub_results_org=ORG,push_results_to_hub=True
     jaxeval run --distributed ...   (one per process; also implied by JAXEVAL_COORDINATOR=host:port
                                      with JAXEVAL_NUM_PROCESSES and JAXEVAL_PROCESS_ID): one mesh over
                                      every process's devices; only process 0 writes and prints
@@ -28,7 +31,7 @@ from jaxeval.errors import JaxevalError
 from jaxeval.startup import hide_torch_from_transformers
 
 log = logging.getLogger("jaxeval")
-SUBCOMMANDS = ("run", "ls", "tasks", "validate", "demo", "plan")
+SUBCOMMANDS = ("run", "ls", "tasks", "validate", "demo", "plan", "report")
 
 
 def _limit(text: str) -> float:
@@ -150,13 +153,21 @@ def run_parser() -> argparse.ArgumentParser:
         help="join a multi-process run (jax.distributed; JAXEVAL_COORDINATOR etc. or auto-detected); "
         "implied when JAXEVAL_COORDINATOR is set",
     )
+    for flag, what in (
+        ("--wandb_args", "wandb.init arguments, key=value (project=, name=, step=, ...)"),
+        ("--wandb_config_args", "added to the W&B run's config, key=value"),
+        ("--hf_hub_log_args", "Hugging Face Hub upload, key=value (hub_results_org=, "
+                              "push_results_to_hub=True, ...; see docs/report.md)"),
+    ):  # fmt: skip
+        a(flag, nargs="+", default=None, help=what)
     for flag in UNSUPPORTED:
         a(flag, nargs="*", default=None, help=argparse.SUPPRESS)
     return p
 
 
-# lm_eval flags that send results to outside services; accepted so the error can say why.
-UNSUPPORTED = ("--wandb_args", "--wandb_config_args", "--trackio_args", "--hf_hub_log_args")
+# lm_eval flags that send results to outside services jaxeval does not talk to; accepted so the
+# error can say why.
+UNSUPPORTED = ("--trackio_args",)
 
 
 def _reject_unsupported(args: argparse.Namespace) -> None:
@@ -165,7 +176,8 @@ def _reject_unsupported(args: argparse.Namespace) -> None:
             raise JaxevalError(
                 f"{flag} is not supported by jaxeval (it uploads results to an outside service)",
                 field=flag.lstrip("-"),
-                hint="write results with --output_path and upload them with your own tooling",
+                hint="write results with --output_path and upload them with your own tooling, "
+                "or log to W&B (--wandb_args) or the Hugging Face Hub (--hf_hub_log_args)",
             )
 
 
@@ -228,8 +240,9 @@ def cmd_run(argv: list[str]) -> int:
     from jaxeval.api.task_manager import TaskManager
     from jaxeval.evaluator import simple_evaluate
     from jaxeval.lm.args import parse_model_args
-    from jaxeval.output import make_table, save_results
+    from jaxeval.output import make_table, model_name, save_results
     from jaxeval.preflight import check_output_path
+    from jaxeval.trackers.run_loggers import RunLoggers
 
     args = run_parser().parse_args(argv)
     _apply_config_file(args, argv)
@@ -275,10 +288,20 @@ def cmd_run(argv: list[str]) -> int:
     )
     gen_kwargs = ",".join(args.gen_kwargs) if args.gen_kwargs else None
     meta = {**parse_model_args(args.model_args), **(metadata or {})}
-    tm = TaskManager(args.include_path, metadata=meta, data_dir=args.data_dir)
     samples = _parse_samples(args.samples)
-    if main_process:  # before the model loads: a run must not fail only when it saves
+    loggers = None
+    if main_process:  # before the tasks and the model load: a run must not fail only when it
+        # saves, and a bad tracker flag or an unreachable Hub fails in seconds
         check_output_path(args.output_path)
+        loggers = RunLoggers.start(
+            wandb_args=args.wandb_args,
+            wandb_config_args=args.wandb_config_args,
+            hf_hub_log_args=args.hf_hub_log_args,
+            output_path=args.output_path,
+            log_samples=args.log_samples,
+            model_source=args.model,
+        )
+    tm = TaskManager(args.include_path, metadata=meta, data_dir=args.data_dir)
     if args.check_integrity and main_process:
         _validate(tm, task_list)
     start = time.time()
@@ -305,6 +328,7 @@ def cmd_run(argv: list[str]) -> int:
     if args.show_config:
         shown = {k: v for k, v in results.items() if k != "samples"}
         print(json.dumps(shown, indent=2, default=str, ensure_ascii=False))
+    path = None
     if args.output_path:
         path = save_results(
             results,
@@ -323,6 +347,8 @@ def cmd_run(argv: list[str]) -> int:
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))
+    if loggers is not None:
+        loggers.finish(results, path, model_name(args.model_args))
     return 0
 
 
@@ -388,6 +414,12 @@ def cmd_plan(argv: list[str]) -> int:
     return plan_main(argv)
 
 
+def cmd_report(argv: list[str]) -> int:
+    from jaxeval.report.command import main as report_main  # start-up: loads only when asked for
+
+    return report_main(argv)
+
+
 COMMANDS = {
     "run": cmd_run,
     "ls": cmd_ls,
@@ -395,6 +427,7 @@ COMMANDS = {
     "validate": cmd_validate,
     "demo": cmd_demo,
     "plan": cmd_plan,
+    "report": cmd_report,
 }
 
 

@@ -130,23 +130,45 @@ def save_results(
     date_id = datetime.datetime.now().isoformat().replace(":", "-")
     path = Path(output_path)
     if path.suffix == ".json":
-        folder, results_file = path.parent, path.with_name(f"{path.stem}_{date_id}.json")
+        results_file = path.with_name(f"{path.stem}_{date_id}.json")
     else:
-        folder = path / sanitize_model_name(name)
-        results_file = folder / f"results_{date_id}.json"
+        results_file = path / sanitize_model_name(name) / f"results_{date_id}.json"
     text = json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False)
     for task, rows in samples.items():
         atomic_write(
-            folder / f"samples_{task}_{date_id}.jsonl",
+            samples_path(results_file, task),
             "".join(_sample_line(r) + "\n" for r in rows),
         )
     atomic_write(results_file, text)
     return results_file
 
 
-def _hierarchy(
+def date_id_of(file_name: str) -> str:
+    """The run's date in a results or samples file name: after the last "_", before the suffix.
+
+    results_2024-05-01T10-00-00.5.json, samples_arc_easy_2024-05-01T10-00-00.5.jsonl
+    -> 2024-05-01T10-00-00.5 (the date never holds a "_")
+    """
+    return file_name.rsplit("_", 1)[-1].removesuffix(".jsonl").removesuffix(".json")
+
+
+def samples_path(results_file: Path, task: str) -> Path:
+    """The samples file of `task` beside a results file (same date).
+
+    out/m/results_2024-05-01T10-00-00.5.json, arc_easy -> out/m/samples_arc_easy_2024-05-01T10-00-00.5.jsonl
+    """
+    return results_file.parent / f"samples_{task}_{date_id_of(results_file.name)}.jsonl"
+
+
+def table_order(
     group_subtasks: dict[str, list[str]], keys: set[str]
 ) -> tuple[dict[str, int], list[str]]:
+    """(depth, order) of the table's rows: each group, then its children one level deeper;
+    then the tasks under no group, sorted.
+
+    {"mmlu": ["mmlu_stem"], "mmlu_stem": ["mmlu_anatomy"]}, {"mmlu", "mmlu_anatomy", "arc_easy"}
+    -> depth {"mmlu": 0, "mmlu_stem": 1, "mmlu_anatomy": 2}, order ["mmlu", "mmlu_anatomy", "arc_easy"]
+    """
     depth: dict[str, int] = {}
     order: list[str] = []
 
@@ -179,7 +201,7 @@ def make_table(results: dict, column: str = "results") -> str:
         "Stderr",
     ]
     rows: list[list[str]] = []
-    depth, order = _hierarchy(results.get("group_subtasks", {}), set(results[column]))
+    depth, order = table_order(results.get("group_subtasks", {}), set(results[column]))
     for key in order:
         entry = dict(results[column][key])
         version = str(results["versions"].get(key, "    N/A"))

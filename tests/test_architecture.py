@@ -165,7 +165,13 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "entry points": (
         ("jaxeval", "jaxeval.__main__", "jaxeval.cli", "jaxeval.demo", "jaxeval.startup")
         + ("jaxeval.memory_plan", "jaxeval.fetch", "jaxeval.tiny"),
-        ("evaluator", *BELOW_EVALUATOR),
+        ("evaluator", "reports, trackers", *BELOW_EVALUATOR),
+    ),
+    # Results files read back (`jaxeval report`) and results sent to W&B, the Hub, a training
+    # loop's logger: they read the results schema and file names, never run a model.
+    "reports, trackers": (
+        ("jaxeval.report.*", "jaxeval.trackers.*"),
+        ("jaxeval.output", "jaxeval.lm.args", "foundations"),
     ),
     "evaluator": (
         ("jaxeval.evaluator", "jaxeval.preflight", "jaxeval.results", "jaxeval.output")

@@ -41,6 +41,16 @@ PUBLIC = {
     "jaxeval.models": ["load_model", "LoadedModel", "ModelSpec", "SUPPORTED_MODEL_TYPES"],
     "jaxeval.kernels": ["score", "ScoreBatch", "generate", "GenerateBatch"],
     "jaxeval.lm.base": ["LM", "MODELS"],
+    "jaxeval.report": ["load_runs", "compare_runs", "write_report", "mcnemar_exact", "paired_t"],
+    "jaxeval.trackers": [
+        "flatten_results",
+        "TensorBoardLogger",
+        "WandbStepLogger",
+        "WandbTracker",
+        "HubLogArgs",
+        "plan_hub_upload",
+        "check_hub_access",
+    ],
 }
 
 
