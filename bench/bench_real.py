@@ -152,7 +152,12 @@ def flops_per_token(shape: dict, context: float) -> tuple[float, float]:
     d, f = shape["hidden_size"], shape["intermediate_size"]
     h, g = shape["num_attention_heads"], shape["num_key_value_heads"]
     e = shape.get("head_dim", d // h)
-    proj = 2 * d * (h * e + 2 * g * e) + 2 * h * e * d + 2 * 3 * d * f
+    if "num_experts" in shape:  # a token runs its K experts (and the router), not all X
+        f = shape["num_experts_per_tok"] * shape["moe_intermediate_size"]
+        proj = 2 * d * shape["num_experts"]
+    else:
+        proj = 0
+    proj += 2 * d * (h * e + 2 * g * e) + 2 * h * e * d + 2 * 3 * d * f
     attn = 2 * 2 * h * e * context
     return shape["num_hidden_layers"] * (proj + attn), 2 * d * shape["vocab_size"]
 

@@ -9,6 +9,9 @@ Shapes (config.json as transformers writes it; `from_config` + `save_pretrained`
                   rope_theta 100000, max_position_embeddings 8192                (134.5M params)
     llama-1b      Llama-3.2-1B: 16 layers, width 2048, 32 heads / 8 kv heads, FFN 8192,
                   vocab 128,256, tied, rope_theta 500000, max_position_embeddings 131072 (1.24B)
+    qwen3-moe-1b  qwen3_moe: 16 layers, width 1024, 16 heads / 4 kv heads of 64, 32 experts of
+                  width 512, 4 per token, q/k norms, vocab 151,936 (Qwen's), untied (1.13B,
+                  0.36B active per token: Qwen3-30B-A3B's routing at a size this CPU runs)
 
 The tokenizer is a byte-level BPE trained on the shared data (16,384 tokens, GPT-2 style: no BOS
 added, `<|endoftext|>` is BOS/EOS, like SmolLM2's). Its ids are a prefix of the model's vocabulary;
@@ -52,6 +55,24 @@ SHAPES = {
         rms_norm_eps=1e-5,
         tie_word_embeddings=True,
     ),
+    "qwen3-moe-1b": dict(
+        model_type="qwen3_moe",
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        moe_intermediate_size=512,
+        num_experts=32,
+        num_experts_per_tok=4,
+        norm_topk_prob=True,
+        num_hidden_layers=16,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        head_dim=64,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+    ),
 }
 
 
@@ -84,17 +105,19 @@ def build(name: str) -> str:
     if (out / "config.json").exists() and any(out.glob("*.safetensors")):
         return str(out)
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir())
-    config = LlamaConfig(
-        **SHAPES[name],
+    shape = dict(SHAPES[name])
+    config = AutoConfig.for_model(
+        shape.pop("model_type", "llama"),
+        **shape,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         torch_dtype="float32",
     )
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return str(out)
