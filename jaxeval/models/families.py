@@ -19,7 +19,7 @@ from jaxeval.errors import JaxevalError
 from jaxeval.models import hf_weights
 from jaxeval.models.mla import MLASpec
 from jaxeval.models.moe import MoESpec
-from jaxeval.models.rope import DynamicRope, LayerRope, layer_rope
+from jaxeval.models.rope import DynamicRope, LayerRope, layer_rope, yarn_mscale
 from jaxeval.models.spec import ModelSpec
 
 
@@ -511,7 +511,6 @@ def build_moe(cfg: Any, compute_dtype: str) -> ModelSpec:
         )
     elif t == "gpt_oss":
         changes.update(attn_sinks=True, qkv_bias=True, o_bias=True)
-    changes["intermediate_size"] = int(_get(cfg, "intermediate_size", default=moe.expert_size))
     return dataclasses.replace(spec, **changes)
 
 
@@ -525,10 +524,7 @@ def _mla(cfg: Any, spec: ModelSpec, moe: MoESpec, dense_layers: int) -> ModelSpe
     scale = head_dim**-0.5
     params = rope_parameters(cfg)
     if params.get("rope_type", "default") != "default" and params.get("mscale_all_dim"):
-        factor = float(params["factor"])
-        mscale = (
-            0.1 * float(params["mscale_all_dim"]) * math.log(factor) + 1.0 if factor > 1 else 1.0
-        )
+        mscale = yarn_mscale(float(params["factor"]), float(params["mscale_all_dim"]))
         scale = scale * mscale * mscale
     mla = MLASpec(
         q_lora_rank=int(cfg.q_lora_rank or 0),

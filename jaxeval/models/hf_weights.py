@@ -178,15 +178,18 @@ def llama_like(spec) -> dict[str, Any]:
     return _llama_tree(spec, layers)
 
 
-def _llama_tree(spec, layers: dict[str, Any]) -> dict[str, Any]:
-    tree = {
-        "embed": Source(key="model.embed_tokens.weight"),
-        "layers": layers,
-        "final_norm": _norm(spec, "model.norm.weight"),
-    }
+def _tree(
+    spec, layers: dict[str, Any], *, embed: str, final_norm: str, lm_head: str = "lm_head.weight"
+) -> dict[str, Any]:
+    """The whole tree around `layers`: embeddings, final norm, and the head when untied."""
+    tree = {"embed": Source(key=embed), "layers": layers, "final_norm": _norm(spec, final_norm)}
     if not spec.tie_embeddings:
-        tree["lm_head"] = Source(key="lm_head.weight")
+        tree["lm_head"] = Source(key=lm_head)
     return tree
+
+
+def _llama_tree(spec, layers: dict[str, Any]) -> dict[str, Any]:
+    return _tree(spec, layers, embed="model.embed_tokens.weight", final_norm="model.norm.weight")
 
 
 def rows(start: int, stop: int, then: Convert) -> Convert:
@@ -395,19 +398,12 @@ def falcon(spec) -> dict[str, Any]:
         layers["attn_norm"] = _norm(spec, h + "input_layernorm.weight")
         if spec.residual == "sequential":
             layers["mlp_norm"] = _norm(spec, h + "post_attention_layernorm.weight")
-    tree = {
-        "embed": Source(key="transformer.word_embeddings.weight"),
-        "layers": layers,
-        "final_norm": _norm(spec, "transformer.ln_f.weight"),
-    }
-    if not spec.tie_embeddings:
-        tree["lm_head"] = Source(key="lm_head.weight")
-    return tree
-
-
-def expert_slice(start: int, stop: int, then: Convert | None = None) -> Convert:
-    """Columns start:stop of the last axis (fused experts [X, ..., 2F]), then `then`."""
-    return lambda w: (then or np.ascontiguousarray)(w[..., start:stop])
+    return _tree(
+        spec,
+        layers,
+        embed="transformer.word_embeddings.weight",
+        final_norm="transformer.ln_f.weight",
+    )
 
 
 def every_other(first: int) -> Convert:
@@ -427,7 +423,7 @@ def _first_layer(tree: Any, first: int) -> Any:
     return {name: _first_layer(sub, first) for name, sub in tree.items()}
 
 
-def _experts(spec, prefix: str, names: dict[str, str]) -> dict[str, Source]:
+def _experts(prefix: str, names: dict[str, str]) -> dict[str, Source]:
     """Per-expert torch Linear weights `prefix.experts.{e}.<name>.weight` -> gate/up [D, F] and
     down [F, D] for every expert."""
     return {
@@ -447,7 +443,7 @@ def moe(spec) -> dict[str, Any]:
         b = layer + "block_sparse_moe."
         experts = {
             "router": Source(key=b + "gate.weight", convert=linear),
-            **_experts(spec, b, {"gate": "w1", "up": "w3", "down": "w2"}),
+            **_experts(b, {"gate": "w1", "up": "w3", "down": "w2"}),
         }
     elif t == "granitemoe":
         b, f = layer + "block_sparse_moe.", m.expert_size
@@ -475,7 +471,7 @@ def moe(spec) -> dict[str, Any]:
         b = layer + "mlp."
         experts = {
             "router": Source(key=b + "gate.weight", convert=linear),
-            **_experts(spec, b, {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}),
+            **_experts(b, {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}),
         }
         if m.correction_bias:
             experts["correction_bias"] = Source(key=b + "gate.e_score_correction_bias")

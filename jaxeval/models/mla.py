@@ -73,8 +73,7 @@ def mla_qkv(
     """q, k (rope part first, not yet rotated) and v (zero-padded to E) of one layer."""
     m: MLASpec = spec.mla
     q = _queries(spec, p, x)
-    c = norm(p["kv_a_norm"], dense(x, p["kv_a"], "btd,dr->btr"), kind="rms", eps=m.norm_eps)
-    k_rope = dense(x, p["k_rope"], "btd,de->bte")  # [B, T, E']: one rope key for all heads
+    c, k_rope = _latent(spec, p, x)
     k_nope = dense(c, p["k_b"], "btr,rhe->bthe")  # [B, T, H, En]
     b, t, h, _ = k_nope.shape
     k = jnp.concatenate([jnp.broadcast_to(k_rope[:, :, None], (b, t, h, m.rope_dim)), k_nope], -1)
@@ -97,8 +96,7 @@ def mla_latent_qkv(
     q = _queries(spec, p, x)
     q_rope, q_nope = q[..., : m.rope_dim], q[..., m.rope_dim :]
     q_latent = dense(q_nope, p["k_b"], "bthe,rhe->bthr")  # [B, T, H, R]: W_kb q_n
-    c = norm(p["kv_a_norm"], dense(x, p["kv_a"], "btd,dr->btr"), kind="rms", eps=m.norm_eps)
-    k_rope = dense(x, p["k_rope"], "btd,de->bte")
+    c, k_rope = _latent(spec, p, x)
     key = jnp.concatenate([k_rope, c], -1)[:, :, None]  # [B, T, 1, W]
     value = jnp.pad(c, [(0, 0), (0, 0), (0, m.rope_dim)])[:, :, None]  # [B, T, 1, W]: [c | 0]
     return jnp.concatenate([q_rope, q_latent], -1), key, value
@@ -108,6 +106,13 @@ def mla_latent_output(spec, p: dict[str, Any], out: Float["B T H W"]) -> Float["
     """sum_s p_s c_s per head (the first R_kv features) through W_vb, then the output projection."""
     v = dense(out[..., : spec.mla.kv_lora_rank], p["v_b"], "bthr,rhe->bthe")  # [B, T, H, Ev]
     return dense(v, p["o"], "bthe,hed->btd")
+
+
+def _latent(spec, p: dict[str, Any], x: Float["B T D"]) -> tuple[Float["B T Rkv"], Float["B T E'"]]:
+    """The normed kv latent c and the rope key shared by all heads (not yet rotated)."""
+    m: MLASpec = spec.mla
+    c = norm(p["kv_a_norm"], dense(x, p["kv_a"], "btd,dr->btr"), kind="rms", eps=m.norm_eps)
+    return c, dense(x, p["k_rope"], "btd,de->bte")
 
 
 def _queries(spec, p: dict[str, Any], x: Float["B T D"]) -> Float["B T H E"]:

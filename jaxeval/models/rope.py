@@ -72,20 +72,25 @@ def _llama3(inv_freq: np.ndarray, params: dict[str, Any]) -> np.ndarray:
     return np.where(medium, smoothed, scaled).astype(np.float32)
 
 
+def yarn_mscale(scale: float, m: float = 1.0) -> float:
+    """YaRN's magnitude correction for a context stretched `scale` times (transformers'
+    `get_mscale`): 1 + 0.1 m ln(scale), or 1 when not stretched."""
+    return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+
 def _yarn(base: float, dim: int, params: dict[str, Any], max_pos: int) -> tuple[np.ndarray, float]:
     factor = params.get("factor")
     orig = params["original_max_position_embeddings"]
     if factor is None:
         factor = max_pos / orig
 
-    def mscale(scale: float, m: float = 1.0) -> float:
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
     attention_factor = params.get("attention_factor")
     if attention_factor is None:
         ms, ms_all = params.get("mscale"), params.get("mscale_all_dim")
         attention_factor = (
-            mscale(factor, ms) / mscale(factor, ms_all) if ms and ms_all else mscale(factor)
+            yarn_mscale(factor, ms) / yarn_mscale(factor, ms_all)
+            if ms and ms_all
+            else yarn_mscale(factor)
         )
     beta_fast = params.get("beta_fast") or 32
     beta_slow = params.get("beta_slow") or 1
