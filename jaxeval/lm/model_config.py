@@ -39,7 +39,8 @@ GEN_ARGS = {
     "gen_tail": "tail",
     "gen_shrink_last_batch": "shrink_last_batch",
 }
-ATTENTION = ("auto", "xla", "cpu")  # `attention_backend.SETTINGS`, named here without importing JAX
+# `attention_backend.SETTINGS`, named here without importing JAX
+ATTENTION = ("auto", "xla", "cpu", "tpu", "gpu")
 EXPERTS = ("auto", "ragged", "blocked")  # `experts.SETTINGS`
 
 

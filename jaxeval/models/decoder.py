@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxeval.mesh import constrain_rows
 from jaxeval.models import attention as attn
 from jaxeval.models.attention_backend import XLA
 from jaxeval.models.contract import KVCache
@@ -188,6 +189,7 @@ def hidden(
 
     def body(x, xs):
         p, consts = xs
+        x = constrain_rows(x, spec.rows_mesh)
         cos, sin = _rope(spec, positions, consts, dynamic, dtype)
         window = consts["window"] if windowed else None
 
@@ -217,7 +219,7 @@ def hidden(
         return x, None
 
     for stack, consts, _ in _stacks(spec, params, _layer_constants(spec)):
-        x, _ = jax.lax.scan(body, x, (stack, consts))
+        x, _ = jax.lax.scan(body, x, (stack, consts), unroll=spec.unroll_layers)
     return norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
 
 
@@ -233,6 +235,7 @@ def _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, inde
 
     def body(x, xs):
         p, consts, layer = xs
+        x = constrain_rows(x, spec.rows_mesh)
         cos, sin = _rope(spec, positions, consts, dynamic, dtype)
 
         def attend_fn(q, k, v):
@@ -251,7 +254,7 @@ def _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, inde
     for stack, consts, first in _stacks(spec, params, _layer_constants(spec)):
         n = jax.tree.leaves(stack)[0].shape[0]
         layers = first + jnp.arange(n, dtype=jnp.int32)
-        x, (k, v) = jax.lax.scan(body, x, (stack, consts, layers))
+        x, (k, v) = jax.lax.scan(body, x, (stack, consts, layers), unroll=spec.unroll_layers)
         ks.append(k)  # [L, B, T, G, E] (this stack's L): this call's keys and values
         vs.append(v)
     if len(ks) == 1:
@@ -335,7 +338,12 @@ def forward_cached(
             cache.positions, positions.astype(jnp.int32), (zero, index)
         )
     x, k, v = _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, index)
-    if per_row:  # k_all[:, r, :, :, index[r] + t] <- k[:, r, t]: the indexed axes go first
+    written = None
+    if per_row and k.shape[2] == 1:  # a decode step: the backend may write its own way
+        written = spec.attention.write_slots(cache.k, cache.v, k, v, index)
+    if written is not None:
+        k_all, v_all = written
+    elif per_row:  # k_all[:, r, :, :, index[r] + t] <- k[:, r, t]: the indexed axes go first
         k_rows = jnp.transpose(k, (1, 2, 0, 3, 4))  # [B, T, L, G, E]
         v_rows = jnp.transpose(v, (1, 2, 0, 3, 4))
         k_all = cache.k.at[:, rows, :, :, slots].set(k_rows, mode="drop")

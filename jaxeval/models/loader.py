@@ -67,9 +67,14 @@ class LoadedModel:
 def with_backends(
     spec: ModelSpec, mesh: Mesh, attention: str | None = None, experts: str | None = None
 ) -> ModelSpec:
-    """`spec` with the attention backend (`select_attention`) and, for a Mixture of Experts, the
-    expert backend (`experts.select_experts`) for `mesh`; the settings None read the environment."""
-    spec = dataclasses.replace(spec, attention=select_attention(mesh, attention))
+    """`spec` with the attention backend (`select_attention`), the mesh its hidden states keep
+    their rows on (`ModelSpec.rows_mesh`) and, for a Mixture of Experts, the expert backend
+    (`experts.select_experts`) for `mesh`; the settings None read the environment."""
+    spec = dataclasses.replace(
+        spec,
+        attention=select_attention(mesh, attention),
+        rows_mesh=mesh if mesh is not None and mesh.devices.size > 1 else None,
+    )
     if spec.moe is not None:
         spec = dataclasses.replace(
             spec, moe=dataclasses.replace(spec.moe, experts=select_experts(mesh, experts))

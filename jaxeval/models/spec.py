@@ -87,6 +87,15 @@ class ModelSpec:
     # how attention runs (`jaxeval.models.attention_backend`): XLA's loops unless the model was
     # given a platform's backend for its mesh (`JaxLM` does, with `loader.with_backends`)
     attention: XlaAttention = XLA
+    # The mesh whose batch axes every layer's hidden states keep their rows on (`with_backends`
+    # sets it for a mesh of several devices; None: no constraint). Without it the partitioner may
+    # follow the fsdp-sharded weights and split the activations over the contraction instead:
+    # compiled for a v5e-8, Llama-3-8B's scoring all-reduced each MLP matmul's whole product
+    # (7.5 GB per layer per chip) where gathering the layer's weights moves 0.4 GB.
+    rows_mesh: Any = None
+    # the layer scans unrolled into straight-line code: only for counting a few layers' FLOPs
+    # exactly (`jaxeval.aot_plan`; XLA's cost analysis counts a loop's body once)
+    unroll_layers: bool = False
 
     def __post_init__(self):
         L = self.num_layers

@@ -1,0 +1,360 @@
+"""Packed-row flash attention as one Pallas TPU kernel: `attention.blocked_attend`'s rule and numbers.
+
+Query i sees key j iff `segment[j] != 0 and j <= i and (segment[j] == segment[i] or segment[j] ==
+parent[i])`, plus `positions[i] - positions[j] < window` on sliding-window layers (the `attention`
+module docstring). Scores are q.k in float32, times `scale`, soft-capped, masked; the softmax is
+online in float32 and the weights are cast to the values' dtype before the second matmul.
+
+**Grid.** (row b, kv head g, query block i, key step j), j innermost. One program holds the X query
+heads of kv head g for Q queries as one [X*Q, E] matrix, so each key block is read once per kv head
+and each step is two matmuls: [X*Q, E] . [E, Q] and [X*Q, Q] . [Q, E].
+
+**Block skipping.** Before the kernel, XLA summarises each row's blocks (`block_visibility` on the
+row alone, so a row's skips do not depend on its neighbours) into a [B, A, A] visibility and, per
+query block, the first and last visible key block. Step j reads key block clamp(j, first, last):
+steps outside the range repeat a block index, so Pallas fetches nothing new, and a step computes only
+when its block is visible. Two rows of T = 8 in blocks of Q = 2 (A = 4; a: a 3-token request, b: 2
+tokens, c: a context with one child x; `#` visible, `.` skipped):
+
+    row 0   segment   a a a b b c c x     key block  0 1 2 3    first last   blocks read, j = 0..3
+            parent    0 0 0 0 0 0 0 c     query 0    # . . .      0     0    0 0 0 0
+                                                1    # # . .      0     1    0 1 1 1
+                                                2    . # # .      1     2    1 1 2 2
+                                                3    . . # #      2     3    2 2 2 3
+    row 1   segment   a a a a a a a a     query i    # up to i    0     i    (causal only)
+
+Row 0's query block 2 (tokens 4, 5 = b, c) computes at steps 1 and 2 only: block 0 holds request a
+alone. Blocks are 128-lane multiples on a TPU (Q = 128 by default); T is padded to a multiple of Q
+with segment-0 tokens, which nobody sees.
+
+**Layouts.** q as [B, G, X, T, E] (a block is X*Q rows), k and v as [B, G, T, E]; the query side's
+segment, parent and position in lanes 0, 1, 2 of a [B, T, 128] int32 array (a column per query), the
+key side's segment and position in sublanes 0, 1 of a [B, 8, T] int32 array (a row per key). The
+scale and window are scalar-prefetch operands (runtime values: layers are scanned), as are the
+visibility (bit-packed, 32 key blocks a word) and the first/last tables the index maps read.
+
+**State.** `packed_state` returns `attention._Online`'s state over the row's own keys (out = acc /
+total, both relative to the running max m; a query that saw nothing: m = MASKED, total 0, acc 0).
+`packed_attention` merges an earlier state (`init`, e.g. a prefill's cached prefix) by the
+log-sum-exp rule and finishes; without `init` the kernel finishes and writes v.dtype itself.
+
+Dimension names: `jaxeval.shapes`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from jaxeval.errors import JaxevalError
+from jaxeval.models.attention import MASKED, NO_WINDOW, block_visibility
+from jaxeval.shapes import Bool, Float, Int
+
+_LANES = 128  # TPU vector lanes: a key block is a multiple of this
+_SUBLANES = 8
+_WORD = 32  # key blocks per visibility word
+# The running max starts above MASKED, so a masked score's weight exp(MASKED - m) is 0 even before
+# a query's first visible key: a query that sees nothing keeps total 0 and gets zeros.
+_START = MASKED / 2
+_NT = (((1,), (1,)), ((), ()))  # a . b^T
+_NN = (((1,), (0,)), ((), ()))  # a . b
+
+State = tuple[jax.Array, jax.Array, jax.Array]  # m, total [B, G, X, T]; acc [B, G, X, T, E]
+
+
+def row_visibility(
+    segment: Int["B T"],
+    parent: Int["B T"],
+    positions: Int["B T"],
+    window: Int[""] | None,
+    *,
+    block: int,
+) -> Bool["B A A"]:
+    """(row, query block, key block): False where the row has no visible pair in the block pair."""
+    one = functools.partial(block_visibility, window=window, block=block)
+    return jax.vmap(lambda s, p, x: one(s[None], p[None], x[None]))(segment, parent, positions)
+
+
+def visit_range(visible: Bool["B A A"]) -> tuple[Int["B A"], Int["B A"]]:
+    """The first and last visible key block of each query block ((0, 0) when none is)."""
+    n = visible.shape[-1]
+    seen = visible.any(-1)
+    first = jnp.where(seen, jnp.argmax(visible, -1), 0).astype(jnp.int32)
+    last = jnp.where(seen, n - 1 - jnp.argmax(visible[..., ::-1], -1), 0).astype(jnp.int32)
+    return first, last
+
+
+def key_block(step, first, last):
+    """The key block that key step `step` reads: clamped into [first, last], so that the steps
+    before and after the visible range repeat their neighbour's block (no new fetch)."""
+    return jnp.minimum(jnp.maximum(step, first), last)
+
+
+def pack_visibility(visible: Bool["B A A"]) -> jax.Array:
+    """int32 words: bit j % 32 of word [b, i, j // 32] is visible[b, i, j]; flattened, B*A*(A/32
+    rounded up) words, because scalar memory is small (1 MiB on a v5e; 64 rows of 8,192 tokens in
+    blocks of 128 take 32 KiB, unpacked 1 MiB)."""
+    b, n, _ = visible.shape
+    words = -(-n // _WORD)
+    bits = jnp.pad(visible, ((0, 0), (0, 0), (0, words * _WORD - n))).astype(jnp.uint32)
+    bits = bits.reshape(b, n, words, _WORD) << jnp.arange(_WORD, dtype=jnp.uint32)
+    return jax.lax.bitcast_convert_type(bits.sum(-1, dtype=jnp.uint32), jnp.int32).reshape(-1)
+
+
+def _lanes(x: jax.Array, n: int) -> jax.Array:
+    """A lane-replicated [rows, 128] column widened or narrowed to n lanes."""
+    if n <= _LANES:
+        return x[:, :n]
+    return jnp.tile(x, (1, n // _LANES))
+
+
+def _kernel(scale_ref, window_ref, visible_ref, first_ref, last_ref,  # scalar prefetch
+            q_ref, k_ref, v_ref, q_meta_ref, k_meta_ref,  # blocks
+            *refs, softcap, windowed, finish, n_blocks):  # fmt: skip
+    """One (row, kv head, query block, key step) of the grid; `refs`: outputs, then the m, total,
+    acc scratch ([X*Q, 128] lane-replicated, [X*Q, 128], [X*Q, E] float32)."""
+    outs, (m_ref, l_ref, acc_ref) = refs[:-3], refs[-3:]
+    b, qi, kj = pl.program_id(0), pl.program_id(2), pl.program_id(3)
+    x, q, e = q_ref.shape
+    kq = k_ref.shape[0]
+    rows = x * q
+
+    @pl.when(kj == 0)
+    def _start():
+        m_ref[...] = jnp.full(m_ref.shape, _START, jnp.float32)
+        l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
+        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+    # (no floor division or modulo: their sign handling does not lower; kj >= 0)
+    word = visible_ref[(b * n_blocks + qi) * pl.cdiv(n_blocks, _WORD) + jax.lax.div(kj, _WORD)]
+
+    @pl.when(((word >> jax.lax.rem(kj, _WORD)) & 1) == 1)
+    def _visit():
+        exact = jax.lax.Precision.HIGHEST if q_ref.dtype == jnp.float32 else None
+        qb = q_ref[...].reshape(rows, e)  # [X*Q, E]
+        s = jax.lax.dot_general(
+            qb, k_ref[...], _NT, precision=exact, preferred_element_type=jnp.float32
+        )  # [X*Q, Q]
+        s = s * scale_ref[0]
+        if softcap is not None:
+            s = jnp.tanh(s / softcap) * softcap
+        q_meta = q_meta_ref[...]  # [Q, 128]: lanes 0, 1, 2 = segment, parent, position
+        seg_q, par_q = q_meta[:, 0:1], q_meta[:, 1:2]  # [Q, 1]
+        seg_k = k_meta_ref[0:1, :]  # [1, Q]
+        q_idx = qi * q + jax.lax.broadcasted_iota(jnp.int32, (q, kq), 0)
+        k_idx = kj * kq + jax.lax.broadcasted_iota(jnp.int32, (q, kq), 1)
+        allowed = (seg_k != 0) & (k_idx <= q_idx) & ((seg_k == seg_q) | (seg_k == par_q))
+        if windowed:
+            allowed &= (q_meta[:, 2:3] - k_meta_ref[1:2, :]) < window_ref[0]
+        s = jnp.where(allowed[None], s.reshape(x, q, kq), MASKED).reshape(rows, kq)
+        m_prev = m_ref[...]
+        m_next = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))  # [X*Q, 128]
+        p = jnp.exp(s - _lanes(m_next, kq))  # [X*Q, Q]
+        alpha = jnp.exp(m_prev - m_next)
+        l_ref[...] = alpha * l_ref[...] + p.sum(axis=1, keepdims=True)
+        m_ref[...] = m_next
+        pv = jax.lax.dot_general(
+            p.astype(v_ref.dtype), v_ref[...], _NN, precision=exact,
+            preferred_element_type=jnp.float32,
+        )  # fmt: skip
+        acc_ref[...] = acc_ref[...] * _lanes(alpha, e) + pv  # [X*Q, E]
+
+    @pl.when(kj == pl.num_programs(3) - 1)
+    def _write():
+        total, acc = l_ref[...], acc_ref[...]
+        if finish:
+            (out_ref,) = outs
+            out = acc / _lanes(jnp.where(total > 0, total, 1.0), e)
+            out_ref[...] = out.reshape(x, q, e).astype(out_ref.dtype)
+            return
+        stats_ref, acc_out_ref = outs
+        m = jnp.where(total > 0, m_ref[...], MASKED)
+        row = jax.lax.broadcasted_iota(jnp.int32, (_SUBLANES, rows), 0)
+        # columns to rows: sublane 0 the max, the others the sum, [8, X*Q]
+        stats_ref[...] = jnp.where(row == 0, m.T[:_SUBLANES], total.T[:_SUBLANES])
+        acc_out_ref[...] = acc.reshape(x, q, e)
+
+
+def _run(q, k, v, segment, parent, positions, *, window, scale, softcap, block, interpret, finish):
+    """The kernel over rows padded to a multiple of `block`: the finished [B, G, X, T, E] output
+    (`finish`), else the state (m, total, acc), all for the padded T."""
+    if block % _LANES:
+        raise JaxevalError(
+            f"the TPU attention kernel's blocks are multiples of {_LANES} rows, not {block}",
+            hint=f"choose an attention block of {_LANES}, {2 * _LANES}, ...",
+        )
+    b, t, h, e = q.shape
+    g = k.shape[2]
+    x = h // g
+    n = t // block
+    q5 = q.reshape(b, t, g, x, e).transpose(0, 2, 3, 1, 4)  # [B, G, X, T, E]
+    k4, v4 = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, G, T, E]
+    q_meta = jnp.stack([segment, parent, positions], -1).astype(jnp.int32)  # [B, T, 3]
+    q_meta = jnp.pad(q_meta, ((0, 0), (0, 0), (0, _LANES - 3)))  # [B, T, 128]
+    k_meta = jnp.stack([segment, positions], 1).astype(jnp.int32)  # [B, 2, T]
+    k_meta = jnp.pad(k_meta, ((0, 0), (0, _SUBLANES - 2), (0, 0)))  # [B, 8, T]
+    visible = row_visibility(segment, parent, positions, window, block=block)  # [B, A, A]
+    first, last = visit_range(visible)  # [B, A]
+    prefetch = (
+        jnp.asarray(scale, jnp.float32).reshape(1),
+        jnp.asarray(NO_WINDOW if window is None else window, jnp.int32).reshape(1),
+        pack_visibility(visible),
+        first.reshape(-1),
+        last.reshape(-1),
+    )
+
+    def kv_map(bi, gi, qi, kj, scale_ref, window_ref, visible_ref, first_ref, last_ref):
+        at = bi * n + qi
+        return bi, gi, key_block(kj, first_ref[at], last_ref[at]), 0
+
+    def k_meta_map(bi, gi, qi, kj, scale_ref, window_ref, visible_ref, first_ref, last_ref):
+        at = bi * n + qi
+        return bi, 0, key_block(kj, first_ref[at], last_ref[at])
+
+    heads_spec = pl.BlockSpec(
+        (None, None, x, block, e), lambda bi, gi, qi, kj, *_: (bi, gi, 0, qi, 0)
+    )
+    in_specs = [
+        heads_spec,
+        pl.BlockSpec((None, None, block, e), kv_map),
+        pl.BlockSpec((None, None, block, e), kv_map),
+        pl.BlockSpec((None, block, _LANES), lambda bi, gi, qi, kj, *_: (bi, qi, 0)),
+        pl.BlockSpec((None, _SUBLANES, block), k_meta_map),
+    ]
+    if finish:
+        out_shape = [jax.ShapeDtypeStruct(q5.shape, v.dtype)]
+        out_specs = [heads_spec]
+    else:
+        out_shape = [
+            jax.ShapeDtypeStruct((b, g, n, _SUBLANES, x * block), jnp.float32),
+            jax.ShapeDtypeStruct(q5.shape, jnp.float32),
+        ]
+        out_specs = [
+            pl.BlockSpec(
+                (None, None, None, _SUBLANES, x * block),
+                lambda bi, gi, qi, kj, *_: (bi, gi, qi, 0, 0),
+            ),
+            heads_spec,
+        ]
+    # Declared cost, for every row one causal request (an upper bound on the visited blocks).
+    visits = b * g * n * (n + 1) // 2
+    pair_count = visits * x * block * block
+    kv_bytes = visits * block * (2 * e * k.dtype.itemsize + _SUBLANES * 4)
+    cost = pl.CostEstimate(
+        flops=4 * pair_count * e,
+        transcendentals=pair_count * (1 if softcap is None else 2),
+        bytes_accessed=kv_bytes
+        + q5.size * q.dtype.itemsize
+        + sum(s.size * s.dtype.itemsize for s in out_shape)
+        + b * g * t * _LANES * 4,
+    )
+    kernel = functools.partial(
+        _kernel, softcap=softcap, windowed=window is not None, finish=finish, n_blocks=n
+    )
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=len(prefetch),
+        grid=(b, g, n, n),
+        in_specs=in_specs,
+        out_specs=out_specs,
+        scratch_shapes=[
+            pltpu.VMEM((x * block, _LANES), jnp.float32),
+            pltpu.VMEM((x * block, _LANES), jnp.float32),
+            pltpu.VMEM((x * block, e), jnp.float32),
+        ],
+    )
+    return pl.pallas_call(
+        kernel,
+        out_shape=out_shape,
+        grid_spec=grid_spec,
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
+        ),
+        cost_estimate=cost,
+        interpret=interpret if isinstance(interpret, pltpu.InterpretParams) else bool(interpret),
+        name="packed_attention",
+    )(*prefetch, q5, k4, v4, q_meta, k_meta)
+
+
+def _padded(block: int, *xs: jax.Array) -> list[jax.Array]:
+    """[B, T, ...] arrays padded with zeros (segment 0: seen by nobody) to a multiple of `block`."""
+    pad = -xs[0].shape[1] % block
+    return [jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2)) if pad else a for a in xs]
+
+
+def packed_state(
+    q: Float["B T H E"],
+    k: Float["B T G E"],
+    v: Float["B T G E"],
+    segment: Int["B T"],
+    parent: Int["B T"],
+    positions: Int["B T"],
+    *,
+    window: Int[""] | None,
+    scale: Float[""],
+    softcap: float | None,
+    block: int = 128,
+    interpret: bool | pltpu.InterpretParams = False,
+) -> State:
+    """The online-softmax state of each query over its row's own keys: m, total [B, G, X, T] and
+    acc [B, G, X, T, E], float32 (`attention._Online`'s convention).
+
+    `interpret` runs the kernel on any host: True, Pallas's interpreter (fast); a
+    `pltpu.InterpretParams`, the TPU simulator (DMAs, uninitialised VMEM: slow, for small grids).
+    """
+    b, t, h, e = q.shape
+    g = k.shape[2]
+    x = h // g
+    padded = _padded(block, q, k, v, segment, parent, positions)
+    n = padded[0].shape[1] // block
+    stats, acc = _run(
+        *padded, window=window, scale=scale, softcap=softcap, block=block,
+        interpret=interpret, finish=False,
+    )  # fmt: skip
+    # [B, G, A, X*Q] -> [B, G, X, T]
+    stats = stats[:, :, :, :2].reshape(b, g, n, 2, x, block).transpose(3, 0, 1, 4, 2, 5)
+    m, total = stats.reshape(2, b, g, x, n * block)[:, :, :, :, :t]
+    return m, total, acc[:, :, :, :t]
+
+
+def packed_attention(
+    q: Float["B T H E"],
+    k: Float["B T G E"],
+    v: Float["B T G E"],
+    segment: Int["B T"],
+    parent: Int["B T"],
+    positions: Int["B T"],
+    *,
+    window: Int[""] | None,
+    scale: Float[""],
+    softcap: float | None,
+    block: int = 128,
+    init: State | None = None,
+    interpret: bool | pltpu.InterpretParams = False,
+) -> Float["B T H E"]:
+    """`attention.blocked_attend` on a TPU: packed rows' attention, continuing from `init` (an
+    online-softmax state over keys seen before, [B, G, X, T] m and total, [B, G, X, T, E] acc)
+    when given. Output in v's dtype; a query that saw nothing gets zeros."""
+    b, t, h, e = q.shape
+    if init is None:
+        padded = _padded(block, q, k, v, segment, parent, positions)
+        (out,) = _run(
+            *padded, window=window, scale=scale, softcap=softcap, block=block,
+            interpret=interpret, finish=True,
+        )  # fmt: skip
+        out = out[:, :, :, :t]  # [B, G, X, T, E]
+    else:
+        m1, total1, acc1 = packed_state(
+            q, k, v, segment, parent, positions, window=window, scale=scale,
+            softcap=softcap, block=block, interpret=interpret,
+        )  # fmt: skip
+        m0, total0, acc0 = init
+        m = jnp.maximum(m0, m1)  # [B, G, X, T]
+        c0, c1 = jnp.exp(m0 - m), jnp.exp(m1 - m)
+        total = total0 * c0 + total1 * c1
+        acc = acc0 * c0[..., None] + acc1 * c1[..., None]  # [B, G, X, T, E]
+        out = acc / jnp.where(total > 0, total, 1.0)[..., None]
+    return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, e).astype(v.dtype)
