@@ -409,6 +409,10 @@ def cmd_demo(argv: list[str]) -> int:
 
 
 def cmd_plan(argv: list[str]) -> int:
+    if any(a == "--topology" or a.startswith("--topology=") for a in argv):
+        from jaxeval.aot_plan import main as topology_main  # start-up: loads only when asked for
+
+        return topology_main(argv)
     from jaxeval.memory_plan import main as plan_main  # start-up: loads only when asked for
 
     return plan_main(argv)

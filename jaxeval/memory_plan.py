@@ -2,6 +2,9 @@
 
     jaxeval plan --model_args pretrained=configs/models/llama-3-8b --mesh fsdp --devices 8
 
+With `--topology v5e-8` (v4-8, v5p-8, v6e-8, v5e-16, ...) it compiles every executable of a run for
+that TPU slice instead, on this host, and reports the compiler's figures (`jaxeval.aot_plan`).
+
 Nothing is guessed from a parameter count; every number is a shape times a dtype, per device:
 
 * **parameters**: `spec.abstract_params(dtype)` (`jax.ShapeDtypeStruct`s) under the PartitionSpecs

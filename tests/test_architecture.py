@@ -164,7 +164,8 @@ BELOW_EVALUATOR = (
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "entry points": (
         ("jaxeval", "jaxeval.__main__", "jaxeval.cli", "jaxeval.demo", "jaxeval.startup")
-        + ("jaxeval.memory_plan", "jaxeval.fetch", "jaxeval.tiny"),
+        + ("jaxeval.memory_plan", "jaxeval.aot_plan", "jaxeval.topology")
+        + ("jaxeval.fetch", "jaxeval.tiny"),
         ("evaluator", "reports, trackers", *BELOW_EVALUATOR),
     ),
     # Results files read back (`jaxeval report`) and results sent to W&B, the Hub, a training

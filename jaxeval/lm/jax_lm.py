@@ -79,20 +79,30 @@ def _local_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: i
         stats = device.memory_stats()
     except Exception:  # CPU backends raise or return None
         stats = None
+    if not stats or "bytes_limit" not in stats:
+        return token_budget_for(spec, None, 1, max_length, max_batch_size)
+    free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    return token_budget_for(spec, free, batch_shards(mesh), max_length, max_batch_size)
+
+
+def token_budget_for(
+    spec: Any, free_bytes: int | None, shards: int, max_length: int, max_batch_size: int
+) -> int:
+    """`auto_token_budget`'s rule for one device with `free_bytes` free (None: the CPU, whose rule
+    reads the host's available memory) and `shards` batch shards."""
     cap = max(max_length, max_batch_size * max_length)
     d = getattr(spec, "hidden_size", 4096)
     f = getattr(spec, "intermediate_size", 4 * d)
     h = getattr(spec, "num_heads", 32)
     per_token = 2 * 4 * (12 * d + 3 * f + h * min(max_length, _ATTENTION_KEYS))
-    if not stats or "bytes_limit" not in stats:
+    if free_bytes is None:
         try:
             free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (ValueError, OSError, AttributeError):
             free = 8 << 30
         budget = min(DEFAULT_CPU_TOKEN_BUDGET, int(0.25 * free / per_token))
     else:
-        free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
-        budget = min(_MAX_AUTO_BUDGET, int(0.5 * free / per_token) * batch_shards(mesh))
+        budget = min(_MAX_AUTO_BUDGET, int(0.5 * free_bytes / per_token) * shards)
     budget = pow2_at_most(budget)
     return int(min(cap, max(_MIN_AUTO_BUDGET, budget)))
 

@@ -1,0 +1,116 @@
+"""Regenerates the tables of docs/tpu.md by running `jaxeval plan --topology` (never typed by hand).
+
+    python bench/tpu_plans.py                 # every table (about an hour on a 2-core CPU host)
+    python bench/tpu_plans.py --only smollm2  # the tables whose name starts with "smollm2"
+    python bench/tpu_plans.py --check         # exit 1 if docs/tpu.md lacks a table's block
+
+Each table sits between `<!-- plan:NAME:start -->` and `<!-- plan:NAME:end -->` in docs/tpu.md,
+under the exact command that printed it. Needs libtpu (`pip install "jaxeval[tpu]"`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "tpu.md"
+
+SMOLLM2 = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 100000,
+    "tie_word_embeddings": True,
+    "vocab_size": 49152,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
+}
+
+# name -> (model directory, topology, extra arguments). The v5e-8 pairs count every layer's FLOPs
+# and bytes (`layer_costs`: three compiles per executable); the others report memory, collectives
+# and kernels (`--no_layer_costs`), which is what a larger slice changes.
+LENGTHS = ["--lengths", "2048,8192"]
+QUICK = ["--lengths", "2048", "--no_layer_costs"]
+TABLES = {
+    "smollm2-v5e-8": ("{smollm2}", "v5e-8", LENGTHS),
+    "smollm2-v5e-8-xla": ("{smollm2}", "v5e-8", [*LENGTHS, "--attention", "xla"]),
+    "llama-3-8b-v5e-8": ("configs/models/llama-3-8b", "v5e-8", LENGTHS),
+    "llama-3-8b-v5e-8-xla": (
+        "configs/models/llama-3-8b",
+        "v5e-8",
+        [*LENGTHS, "--attention", "xla"],
+    ),
+    "llama-3-8b-v4-8": ("configs/models/llama-3-8b", "v4-8", QUICK),
+    "llama-3-8b-v5e-16": ("configs/models/llama-3-8b", "v5e-16", QUICK),
+    "llama-3-70b-v5e-32": ("configs/models/llama-3-70b", "v5e-32", QUICK),
+}
+
+
+def command(model: str, topology: str, extra: list[str]) -> list[str]:
+    return [
+        "jaxeval",
+        "plan",
+        "--topology",
+        topology,
+        "--model_args",
+        f"pretrained={model}",
+        *extra,
+    ]
+
+
+def run(name: str, smollm2: str) -> str:
+    model, topology, extra = TABLES[name]
+    argv = command(model.format(smollm2=smollm2), topology, extra)
+    shown = " ".join(command(model.format(smollm2="<SmolLM2-135M config dir>"), topology, extra))
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxeval", *argv[1:]], cwd=REPO, capture_output=True, text=True
+    )
+    table = done.stdout.strip()
+    if done.returncode not in (0, 1) or not table:
+        raise SystemExit(f"{name}: {' '.join(argv)} failed:\n{done.stderr[-3000:]}")
+    return f"```\n{shown}\n```\n\n{table}\n"
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    pattern = re.compile(
+        rf"(<!-- plan:{re.escape(name)}:start -->\n).*?(<!-- plan:{re.escape(name)}:end -->)", re.S
+    )
+    if not pattern.search(text):
+        raise SystemExit(f"docs/tpu.md has no block for {name}")
+    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default="", help="regenerate the tables whose name starts with this")
+    p.add_argument("--check", action="store_true", help="check that every block exists")
+    args = p.parse_args()
+    text = DOC.read_text()
+    if args.check:
+        missing = [n for n in TABLES if f"<!-- plan:{n}:start -->" not in text]
+        print("missing:", missing) if missing else print("ok")
+        return 1 if missing else 0
+    with tempfile.TemporaryDirectory() as tmp:
+        (pathlib.Path(tmp) / "config.json").write_text(json.dumps(SMOLLM2))
+        for name in TABLES:
+            if name.startswith(args.only):
+                print(f"{name} ...", flush=True)
+                text = replace_block(text, name, run(name, tmp))
+                DOC.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,209 @@
+"""`jaxeval plan --topology`: the executables of a run compiled for TPU slices on this CPU host.
+
+libtpu is a test dependency (`jaxeval[tpu]` in the test extra): the TPU compiler runs here, nothing
+runs on a TPU. Shapes are the real models' (SmolLM2-135M, Llama-3-8B) in bf16, at short rows and a
+small cache so that the whole file compiles in a few minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from jaxeval.aot_plan import (
+    attention_flops,
+    first_layers,
+    hlo_facts,
+    layer_period,
+    plan_topology,
+)
+from jaxeval.errors import JaxevalError
+from jaxeval.memory_plan import read_config
+from jaxeval.models.families import spec_from_config
+from jaxeval.topology import TOPOLOGIES, get_topology, topology_devices
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+LLAMA_8B = REPO / "configs" / "models" / "llama-3-8b"
+
+SMOLLM2 = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 100000,
+    "tie_word_embeddings": True,
+    "vocab_size": 49152,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory) -> pathlib.Path:
+    path = tmp_path_factory.mktemp("smollm2")
+    (path / "config.json").write_text(json.dumps(SMOLLM2))
+    return path
+
+
+def _check(plan, n_executables: int) -> None:
+    """Every executable compiled, fits its chip, runs our Pallas kernels and nothing of the CPU's
+    or the host's; one compile per planned executable."""
+    chip = plan.topology.chip
+    assert len(plan.executables) == n_executables
+    for e in plan.executables:
+        assert e.error is None, (e.name, e.error)
+        assert 0 < e.hbm_bytes <= chip.hbm_bytes, (e.name, e.hbm_bytes)
+        assert e.flops > 0 and e.bytes_accessed > 0, e.name
+        assert e.cpu_custom_calls == 0 and e.host_transfers == 0, e.name
+        assert e.pallas_kernels > 0, (e.name, "no Pallas TPU kernel in the HLO")
+    assert plan.ok and plan.attention == "tpu"
+
+
+@pytest.mark.parametrize("topology", ["v5e-8", "v4-8", "v5e-16"])
+def test_smollm2_compiles_for_tpu_slices(smollm2, topology):
+    plan = plan_topology(
+        read_config(str(smollm2)),
+        topology,
+        lengths=[512],
+        gen_rows=64,
+        gen_slots=1024,
+        gen_new=128,
+        count_layers=False,
+    )
+    _check(plan, 4)  # scoring at the fewest and most points, prefill, decode
+    assert plan.mesh["fsdp"] == len(topology_devices(topology))  # one device per chip
+    assert "| score T=512" in plan.table() and "decode step 64 rows" in plan.table()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topology", ["v5e-8", "v4-8", "v5e-16"])
+def test_llama_3_8b_fits_with_pallas_kernels(topology):
+    """The target shape: bf16 Llama-3-8B scoring rows of 2,048 tokens, the prefill of a prompt
+    of 3,840 tokens and a decode step of 64 rows x 4,096 slots compile for a v5e-8, a v4-8
+    (4 chips of 32 GiB) and a v5e-16 (4 hosts) and fit their chips."""
+    plan = plan_topology(
+        read_config(str(LLAMA_8B)), topology, lengths=[2048], gen_slots=4096, count_layers=False
+    )
+    _check(plan, 4)
+    prefill, decode = plan.executables[-2:]
+    assert prefill.kind == "prefill" and prefill.tokens == 4096  # one prompt: the engine's rule
+    assert decode.kind == "decode" and decode.alias_bytes > 0  # the engine state is donated
+
+
+def test_layer_costs_extrapolate_exactly_on_a_small_model(smollm2, tmp_path):
+    """The cost of L layers from compiles of 1 and 2 unrolled layers equals the cost of all L
+    unrolled (4 layers here), for a scoring bucket on one TPU chip."""
+    config = dict(SMOLLM2, num_hidden_layers=4, vocab_size=512, hidden_size=128)
+    config.update(num_attention_heads=2, num_key_value_heads=1, intermediate_size=256)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    from jaxeval.aot_plan import (
+        _cost,
+        layer_costs,
+        score_buckets,
+        scoring_jobs,
+        sharded_abstract_params,
+        topology_mesh,
+    )
+    from jaxeval.lm.buckets import fitted_buckets
+    from jaxeval.models.loader import with_backends
+
+    topo = get_topology("v5e-8")
+    mesh = topology_mesh(topo, "single")
+    config = read_config(str(tmp_path))
+    spec = with_backends(spec_from_config(config, compute_dtype="bfloat16"), mesh, "xla")
+    grid = fitted_buckets(max_length=256, token_budget=1024)
+    (job,) = scoring_jobs(spec, mesh, grid, score_buckets(grid, [64])[:1])
+    flops, nbytes = layer_costs(job.build, spec, mesh, "bfloat16")
+    full = first_layers(spec, 4)
+    exact = _cost(
+        job.build(full, sharded_abstract_params(full, mesh, "bfloat16")).lower().compile()
+    )
+    assert flops == pytest.approx(exact[0], rel=1e-3)
+    assert nbytes == pytest.approx(exact[1], rel=0.05)
+
+
+def test_useful_flops_rules():
+    spec = spec_from_config(read_config(str(LLAMA_8B)))
+    assert layer_period(spec) == 1
+    # one query after 9 keys: 10 keys seen, per layer 4 H E per key
+    per_key = 4 * spec.num_heads * spec.head_dim
+    assert attention_flops(spec, 1, 9) == spec.num_layers * per_key * 10
+    # 4 queries from the start: 1 + 2 + 3 + 4 keys
+    assert attention_flops(spec, 4, 0) == spec.num_layers * per_key * 10
+
+
+def test_hlo_facts_counts_collectives_kernels_and_host_transfers():
+    text = "\n".join(
+        [
+            "%ag = bf16[8,4] all-gather-start(bf16[1,4] %p), dimensions={0}",
+            "%ag.done = bf16[8,4] all-gather-done(%ag)",
+            "%ar = f32[] all-reduce(f32[] %x), to_apply=%add",
+            '%k = bf16[2] custom-call(%a), custom_call_target="tpu_custom_call"',
+            '%c = f32[2] custom-call(%a), custom_call_target="jaxeval_packed_attention"',
+            "%s = (f32[2], u32[]) send(%a, %t), is_host_transfer=true",
+        ]
+    )
+    facts = hlo_facts(text)
+    assert facts["collectives"] == {"all-gather": 1, "all-reduce": 1}
+    assert facts["pallas_kernels"] == 1 and facts["cpu_custom_calls"] == 1
+    assert facts["host_transfers"] == 1
+
+
+def test_topologies_and_errors():
+    assert {"v5e-8", "v4-8", "v5p-8", "v6e-8", "v5e-16", "v5e-32"} <= set(TOPOLOGIES)
+    assert get_topology("v4-8").chips == 4 and get_topology("v5e-16").hosts == 4
+    assert get_topology("v5e-8").hosts == 1
+    with pytest.raises(JaxevalError, match="did you mean v5e-8"):
+        get_topology("v5e8")
+
+
+def test_cli_stops_when_the_parameters_alone_do_not_fit(capsys):
+    """Llama-3-8B in float32 on one v5e chip (--mesh single): 29.9 GiB of parameters for 16 GiB;
+    exit 1 at once, nothing compiled, with the fix."""
+    from jaxeval.cli import main
+
+    code = main(
+        ["plan", "--topology", "v5e-8", "--mesh", "single", "--model_args",
+         f"pretrained={LLAMA_8B},dtype=float32"]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "29.92 GiB per chip (**over**: nothing compiled)" in out
+    assert "the parameters alone take 29.92 GiB per chip" in err
+    assert "fix: a larger slice" in err and "compiling" not in err
+
+
+def test_cli_reports_executables_that_do_not_fit(smollm2, capsys):
+    """SmolLM2 with 1,024 rows x 8,192 slots of cache on a v5e-4 (45 GiB of cache per chip): the
+    scoring executables compile and fit, prefill and decode fail with the compiler's words; exit 1
+    with the fix. Without layer costs the rates are not printed (a scanned layer counted once)."""
+    from jaxeval.cli import main
+
+    code = main(
+        ["plan", "--topology", "v5e-4", "--model_args", f"pretrained={smollm2},max_length=8192",
+         "--lengths", "128", "--token_budget", "4096", "--no_layer_costs",
+         "--gen_batch_size", "1024", "--gen_slots", "8192"]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1
+    rows = [line for line in out.splitlines() if line.startswith("| score T=128")]
+    assert len(rows) == 2 and all("(one layer) | - | - | - | - |" in r for r in rows)
+    assert "| decode step 1024 rows x 8192 slots | **does not compile**: RESOURCE_EXHAUSTED" in out
+    assert "decode step 1024 rows x 8192 slots: does not compile" in err
+    assert "fix: a larger slice" in err
+
+
+def test_without_libtpu_the_error_says_how_to_get_it(monkeypatch):
+    from jaxeval import topology
+
+    monkeypatch.setattr(topology, "libtpu_available", lambda: False)
+    with pytest.raises(JaxevalError, match="compiling for v5e-8 needs libtpu") as raised:
+        topology.topology_devices("v5e-8")
+    assert "jaxeval[tpu]" in str(raised.value.hint)
