@@ -47,7 +47,6 @@ from jax.sharding import Mesh
 from jaxeval.errors import JaxevalError
 from jaxeval.kernels.continuous import AdmitBatch, RowSettings, admit
 from jaxeval.kernels.generate import StopTable
-from jaxeval.lm.args import parse_model_args
 from jaxeval.lm.buckets import Bucket, BucketSet, fitted_buckets
 from jaxeval.lm.executables import Job
 from jaxeval.lm.gen_engine import ADMIT_TOKENS, ContinuousEngine
@@ -55,7 +54,7 @@ from jaxeval.lm.gen_plan import prefill_bucket
 from jaxeval.lm.gen_stops import BUFFER_BYTES, STOP_BYTES, STOP_STRINGS, STOP_TOKENS
 from jaxeval.lm.jax_lm import token_budget_for
 from jaxeval.lm.scorer import Scorer
-from jaxeval.memory_plan import active_param_count, read_config
+from jaxeval.memory_plan import active_param_count, plan_model_args, read_config
 from jaxeval.mesh import MESH_AXES, batch_shards, load_presets, replicated
 from jaxeval.models.attention import NO_WINDOW
 from jaxeval.models.families import spec_from_config
@@ -662,14 +661,7 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     args = p.parse_args(argv)
-    model_args = parse_model_args(args.model_args)
-    unknown = sorted(set(model_args) - {"pretrained", "dtype", "max_length"})
-    if unknown or "pretrained" not in model_args:
-        raise JaxevalError(
-            f"plan reads pretrained, dtype and max_length from --model_args, got {sorted(model_args)}",
-            field="model_args",
-            hint="e.g. --model_args pretrained=configs/models/llama-3-8b,dtype=bfloat16",
-        )
+    model_args = plan_model_args(args.model_args)
     lengths = None
     if args.lengths:
         try:

@@ -234,6 +234,19 @@ def plan_json(plan: MemoryPlan) -> str:
     return json.dumps({**dataclasses.asdict(plan), "total_bytes": plan.total_bytes}, indent=2)
 
 
+def plan_model_args(text: str) -> dict[str, Any]:
+    """`--model_args` of `jaxeval plan`: pretrained (a folder with config.json), dtype, max_length."""
+    model_args = parse_model_args(text)
+    unknown = sorted(set(model_args) - {"pretrained", "dtype", "max_length"})
+    if unknown or "pretrained" not in model_args:
+        raise JaxevalError(
+            f"plan reads pretrained, dtype and max_length from --model_args, got {sorted(model_args)}",
+            field="model_args",
+            hint="e.g. --model_args pretrained=configs/models/llama-3-8b,dtype=bfloat16",
+        )
+    return model_args
+
+
 def main(argv: list[str]) -> int:
     """`jaxeval plan --model_args pretrained=DIR[,dtype=D,max_length=N] [--mesh P] [--devices N]`."""
     import argparse
@@ -247,14 +260,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--device_memory", type=float, default=None, help="GiB per device, to check fit")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     args = p.parse_args(argv)
-    model_args = parse_model_args(args.model_args)
-    unknown = sorted(set(model_args) - {"pretrained", "dtype", "max_length"})
-    if unknown or "pretrained" not in model_args:
-        raise JaxevalError(
-            f"plan reads pretrained, dtype and max_length from --model_args, got {sorted(model_args)}",
-            field="model_args",
-            hint="e.g. --model_args pretrained=configs/models/llama-3-8b,dtype=bfloat16",
-        )
+    model_args = plan_model_args(args.model_args)
     devices = args.devices or len(jax.devices())
     plan = plan_memory(
         read_config(str(model_args["pretrained"])),
