@@ -184,10 +184,13 @@ class TpuAttention(XlaAttention):
             )  # fmt: skip
         from jaxeval.models import tpu_packed  # Pallas: imported when a TPU model first traces
 
+        x = q.shape[2] // k.shape[2]  # query heads per kv head
+
         def call(q, k, v, segment, parent, positions, init, window, scale):
             return tpu_packed.packed_attention(
                 q, k, v, segment, parent, positions, window=window, scale=scale,
-                softcap=softcap, block=max(128, block), init=init, interpret=self.interpret,
+                softcap=softcap, block=tpu_packed.fit_block(max(128, block), x), init=init,
+                interpret=self.interpret,
             )  # fmt: skip
 
         # rows at dimension 0 everywhere; kv heads: q/k/v [B, T, H|G, E] at 2, init [B, G, ...] at 1

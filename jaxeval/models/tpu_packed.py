@@ -66,6 +66,21 @@ _NN = (((1,), (0,)), ((), ()))  # a . b
 State = tuple[jax.Array, jax.Array, jax.Array]  # m, total [B, G, X, T]; acc [B, G, X, T, E]
 
 
+# Query rows (X query heads x Q queries) one program holds: its scores [X*Q, Q] and float32
+# state stay within the TPU's default scoped VMEM (16 MiB on a v5e). Compiled for a v5e-32,
+# Llama-3-70B's X = 8 heads per kv head in blocks of 512 (4,096 rows) ran out of VMEM.
+MAX_QUERY_ROWS = 2048
+
+
+def fit_block(block: int, heads_per_kv: int) -> int:
+    """The largest block <= `block`, a multiple of 128, with heads_per_kv x block <= 2,048 query
+    rows (`MAX_QUERY_ROWS`); at least 128."""
+    q = _LANES
+    while q * 2 <= block and heads_per_kv * q * 2 <= MAX_QUERY_ROWS:
+        q *= 2
+    return q if block >= _LANES else block
+
+
 def row_visibility(
     segment: Int["B T"],
     parent: Int["B T"],

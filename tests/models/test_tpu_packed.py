@@ -246,3 +246,29 @@ def test_compiles_for_tpu_with_its_declared_cost():
     n = t // 128
     assert 3 * 0.5 * dense <= cost["flops"] <= 3 * 0.5 * dense * (n + 1) / n * 1.01
     assert cost["bytes accessed"] >= 3 * 2 * b * t * (h + 2 * g) * e  # q, k, v, out at least
+
+
+@tpu
+def test_blocks_fit_the_tpu_vmem_at_eight_heads_per_kv_head():
+    """Llama-3-70B's attention (64 query heads on 8 kv heads of 128, rows of 2,048, bf16) on one
+    TPU v5e chip: in blocks of 512 a program's 4,096 query rows overflow the scoped VMEM;
+    `fit_block` halves the block to 256 (2,048 rows) and the kernel compiles."""
+    b, t, h, g, e = 1, 2048, 64, 8, 128
+    mesh = single_tpu_mesh("v5e-8")
+    args = _abstract(
+        mesh, ((b, t, h, e), jnp.bfloat16), ((b, t, g, e), jnp.bfloat16),
+        ((b, t, g, e), jnp.bfloat16), ((b, t), jnp.int32), ((), jnp.float32),
+    )  # fmt: skip
+
+    def compiled(block):
+        def fn(q, k, v, seg, scale):
+            return tp.packed_attention(
+                q, k, v, seg, seg, seg, window=None, scale=scale, softcap=None, block=block
+            )
+
+        return jax.jit(fn).lower(*args).compile()
+
+    assert [tp.fit_block(512, x) for x in (1, 3, 4, 8, 16)] == [512, 512, 512, 256, 128]
+    with pytest.raises(Exception, match="vmem"):
+        compiled(512)
+    assert "tpu_custom_call" in compiled(tp.fit_block(512, h // g)).as_text()
