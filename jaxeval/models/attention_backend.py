@@ -42,10 +42,12 @@ sharded step would gather the kernel's operands), else `xla`. The platform is th
 process's default backend, so a model placed on a TPU topology from a CPU host (`jaxeval plan
 --topology`) gets the real TPU kernels.
 
+`JAXEVAL_CPU_ATTENTION=on|off|auto`, the older switch, is still read when `JAXEVAL_ATTENTION` is
+unset (`on` forces `cpu`, `off` forces `xla`).
+
 Sharding: the kernels see one device's rows and heads. Under a mesh of several devices each call
 runs inside `jax.shard_map` over the batch axes (rows) and `model` (kv heads, when they divide),
-so the partitioner never has to split a custom call. `JAXEVAL_CPU_ATTENTION=on|off|auto`, the older switch, is still read when
-`JAXEVAL_ATTENTION` is unset (`on` forces `cpu`, `off` forces `xla`).
+so the partitioner never has to split a custom call.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxeval.errors import JaxevalError
-from jaxeval.mesh import batch_axes
+from jaxeval.mesh import rows_axis
 from jaxeval.models import attention as attn
 from jaxeval.models import cpu_attention
 from jaxeval.shapes import Float, Int, pow2_at_most
@@ -298,18 +300,15 @@ def sharded_call(mesh, fn, args, scalars, *, heads, out_heads, kv_heads, rows=No
     from jax.sharding import PartitionSpec as P
 
     rows = rows or (0,) * len(args)
-    batch = batch_axes(mesh) or None
-    shards = 1
-    for axis in batch or ():
-        shards *= mesh.shape[axis]
-    row_counts = {
-        leaf.shape[r]
+    # the batch rule (`mesh.rows_axis`) for every argument's rows, or none of them split (e.g. one
+    # admitted prompt: every device has it all)
+    splits = [
+        rows_axis(mesh, leaf.shape[r])
         for x, r in zip(args, rows)
         if x is not None and r is not None
         for leaf in jax.tree.leaves(x)
-    }
-    if any(n % shards for n in row_counts):  # e.g. one admitted prompt: every device has it all
-        batch = None
+    ]
+    batch = splits[0] if splits and None not in splits else None
     ways = mesh.shape.get("model", 1)
     model = "model" if ways > 1 and kv_heads % ways == 0 else None
 
