@@ -175,6 +175,20 @@ def constrain_rows(x: jax.Array, mesh: Mesh | None, row_dim: int = 0) -> jax.Arr
     return jax.lax.with_sharding_constraint(x, batch_sharding(mesh, x.shape, row_dim))
 
 
+def constrain_rows_on_data(x: jax.Array, mesh: Mesh | None, row_dim: int = 0) -> jax.Array:
+    """Inside a jitted kernel: pins dimension `row_dim` of `x` to the `data` axis alone (when the
+    rows divide over it), every other dimension and axis replicated: the fsdp shards then keep
+    their weights and reduce the activations instead (`decoder.weights_stay`). No-op without a
+    mesh."""
+    if mesh is None:
+        return x
+    spec: list[Any] = [None] * x.ndim
+    data = mesh.shape.get("data", 1)
+    if data > 1 and x.shape[row_dim] % data == 0:
+        spec[row_dim] = "data"
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
     """Fully replicated sharding (small outputs, scalars)."""
     return NamedSharding(mesh, PartitionSpec())

@@ -77,3 +77,61 @@ def test_sharded_cached_decoding_equals_single_device(models):
     placed = [jax.device_put(x, batch_sharding(mesh, x.shape)) for x in (tokens, positions, valid)]
     actual, cache = cached_step(spec, params, cache, *placed, np.int32(0))
     assert_logits_close(actual, expected, "sharded prefill")
+
+
+def test_fsdp_decode_keeps_weights_on_their_shards_and_equals_single_device(models, tiny):
+    """On an fsdp mesh a decode step of few tokens leaves each layer's weights on their shards
+    (`decoder.weights_stay`: no weight all-gather in the compiled step) and a prefill of many
+    tokens gathers them; both give the single device's logits, step after step."""
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 devices")
+    from jaxeval.models import cache_shardings
+    from jaxeval.models.decoder import weights_stay
+    from tests.models.common import cached_step
+
+    single, _ = models("llama")
+    mesh = make_mesh("fsdp")
+    sharded = load_model(tiny("llama"), mesh=mesh)
+    spec = sharded.spec
+    b, p, c = 8, 24, 32
+    assert weights_stay(spec, b) and not weights_stay(spec, b * p)
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, spec.vocab_size, (b, p)).astype(np.int32)
+    valid = np.ones((b, p), bool)
+    valid[2, :7] = False
+    positions = np.clip(np.cumsum(valid, axis=1) - 1, 0, None).astype(np.int32)
+    ref_cache = single.spec.init_cache(b, c, "float32")
+    cache = jax.device_put(spec.init_cache(b, c, "float32"), cache_shardings(spec, mesh, b, c))
+    expected, ref_cache = cached_step(
+        single.spec, single.params, ref_cache, tokens, positions, valid, np.int32(0)
+    )
+    placed = [jax.device_put(x, batch_sharding(mesh, x.shape)) for x in (tokens, positions, valid)]
+    actual, cache = cached_step(spec, sharded.params, cache, *placed, np.int32(0))
+    assert_logits_close(actual, expected, "fsdp prefill")
+    index = np.full((b,), p, np.int32)
+    index[5] = p - 3  # rows at their own slots, as the continuous engine feeds them
+    last = positions[:, -1].copy()
+    for step in range(3):
+        nxt = np.asarray(expected).argmax(-1).astype(np.int32)[:, None]
+        last = last + 1
+        args = (nxt, last[:, None], np.ones((b, 1), bool), index)
+        expected, ref_cache = cached_step(single.spec, single.params, ref_cache, *args)
+        if step == 0:
+            hlo = cached_step.lower(spec, sharded.params, cache, *args).compile().as_text()
+            weights = (
+                {  # a layer's slice of each stacked weight, and the embedding
+                    ",".join(map(str, w.shape[1:]))
+                    for w in jax.tree.leaves(sharded.params["layers"])
+                    if w.ndim > 2
+                }
+                | {",".join(map(str, sharded.params["embed"].shape))}
+            )
+            gathered = [
+                line.strip()[:120]
+                for line in hlo.splitlines()
+                if " all-gather(" in line and any(f"= f32[{w}]" in line for w in weights)
+            ]
+            assert not gathered, gathered
+        actual, cache = cached_step(spec, sharded.params, cache, *args)
+        assert_logits_close(actual, expected, f"fsdp decode step {step}")
+        index = index + 1
