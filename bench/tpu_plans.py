@@ -87,8 +87,8 @@ def main() -> int:
     for name in TABLES:
         if name.startswith(args.only):
             print(f"{name} ...", flush=True)
-            text = replace_block(text, name, run(name))
-            DOC.write_text(text)
+            body = run(name)  # minutes: the page may be edited meanwhile, so read it again
+            DOC.write_text(replace_block(DOC.read_text(), name, body))
     return 0
 
 

@@ -20,8 +20,8 @@ executable, per chip:
               kernels (tpu_custom_call), CPU custom calls and host transfers (both must be 0)
 
 An executable that does not compile, or does not fit, is reported with the compiler's error and a
-fix; the command exits with 1 then. The decode chunk is a loop of decode steps: XLA's cost analysis
-counts its body once, so its figures are per step.
+fix; the command exits with 1 then. The decode chunk is a loop of decode steps: its figures are
+per step (`step_costs`), and what it moves once per call, outside the steps, is shown apart.
 
 Scoring shapes: the bucket grid a run builds (`lm.buckets.fitted_buckets`) for the token budget the
 run would pick on this chip (`lm.jax_lm.token_budget_for`: half the HBM left after the
@@ -91,6 +91,7 @@ class Compiled:
     # FLOPs and bytes counted over every layer (`layer_costs`); False: the compiler's own counts,
     # which take a scanned layer body once, so the roofline and the ratios are not computed
     layers_counted: bool = True
+    once_bytes: float = 0.0  # a loop's executable: bytes moved once per call, outside its steps
 
     @property
     def hbm_bytes(self) -> int:
@@ -147,10 +148,11 @@ def compile_job(
     kind: str,
     tokens: int,
     useful: float,
-    cost: tuple[float, float] | None = None,
+    cost: tuple[float, ...] | None = None,
 ) -> Compiled:
     """`job` compiled for its mesh's devices, described; a compiler error is caught and kept.
-    `cost`: (FLOPs, bytes) counted another way (`layer_costs`), else the compiler's."""
+    `cost`: (FLOPs, bytes[, bytes once per call]) counted another way (`layer_costs`,
+    `step_costs`), else the compiler's."""
     start = time.perf_counter()
     try:
         exe = job.lower().compile()
@@ -159,7 +161,7 @@ def compile_job(
         return Compiled(name=name, kind=kind, tokens=tokens, useful_flops=useful, error=message)
     seconds = time.perf_counter() - start
     mem = exe.memory_analysis()
-    flops, nbytes = cost if cost is not None else _cost(exe)
+    flops, nbytes, *once = cost if cost is not None else _cost(exe)
     return Compiled(
         name=name,
         kind=kind,
@@ -173,6 +175,7 @@ def compile_job(
         bytes_accessed=nbytes,
         compile_s=seconds,
         layers_counted=cost is not None,
+        once_bytes=once[0] if once else 0.0,
         **hlo_facts(exe.as_text()),
     )
 
@@ -232,6 +235,29 @@ def layer_costs(build: Any, spec: Any, mesh: Mesh, dtype: str) -> tuple[float, f
     (fa, ba), (fb, bb) = costs
     scale = (n - a) / p
     return fa + scale * (fb - fa), ba + scale * (bb - ba)
+
+
+def step_costs(steps: Any, spec: Any, mesh: Mesh, dtype: str) -> tuple[float, float, float]:
+    """(FLOPs, bytes) per chip of one step of a loop of steps, and the bytes moved once per call
+    outside the loop (layout copies of the weights on entry, say).
+
+    The cost analysis counts a loop's body once, on top of what runs before and after the loop.
+    So `steps(n)` (the loop with n steps per iteration) is compiled for n = 1 and 2, every layer
+    unrolled (a decode step's cost is not linear in a few layers: the compiler stages small caches
+    through on-chip memory), and one step is the difference.
+    """
+    tpu = {d.platform for d in mesh.devices.flat} == {"tpu"}
+    cut = first_layers(spec, spec.num_layers)
+    params = sharded_abstract_params(cut, mesh, dtype)
+    (f1, b1), (f2, b2) = (
+        _cost(
+            steps(n)(cut, params)
+            .lower()
+            .compile(compiler_options=COUNTING_OPTIONS if tpu else None)
+        )
+        for n in (1, 2)
+    )
+    return f2 - f1, b2 - b1, max(0.0, b1 - (b2 - b1))
 
 
 # ---- the model's useful FLOPs ----------------------------------------------------------------
@@ -341,6 +367,9 @@ class Planned:
     useful: float  # all chips
     build: Any
     count: Any = None
+    # a loop of steps (the decode chunk): `steps(n)` builds it with n steps per loop iteration,
+    # counted by `step_costs` instead of `layer_costs`
+    steps: Any = None
 
 
 def scoring_jobs(spec: Any, mesh: Mesh, grid: BucketSet, buckets: list[Bucket]) -> list[Planned]:
@@ -430,8 +459,11 @@ def generation_jobs(
         key = ("admit", rows, slots, n_new, False, admitted, admitted, 0, width)
         return engine(sp, pa)._state_job(key, kernel, prefix, batch, seed)
 
-    def decode_job(sp, pa):
-        return engine(sp, pa)._decode_job(seed, np.int32(0))
+    def decode_job(sp, pa, steps=1):
+        return engine(sp, pa)._decode_job(seed, np.int32(0), steps)
+
+    def decode_steps(n):
+        return lambda sp, pa: decode_job(sp, pa, n)
 
     head = 2 * spec.hidden_size * spec.vocab_size
     prefill = admitted * (2 * body_params(spec) * width + head)
@@ -450,6 +482,7 @@ def generation_jobs(
             rows,
             decode_useful_flops(spec, rows, slots),
             decode_job,
+            steps=decode_steps,
         ),
     ]
 
@@ -552,8 +585,9 @@ class TopologyPlan:
             else:  # the compiler's counts: a scanned layer once
                 rates = "- | - | - | -"
             one = "" if e.layers_counted else " (one layer)"
+            name = e.name + (f" (+{e.once_bytes / 1e9:,.2f} GB a call)" if e.once_bytes else "")
             lines.append(
-                f"| {e.name} | {e.hbm_bytes / GIB:.2f}{fits} | {e.flops / 1e9:,.1f}{one} | "
+                f"| {name} | {e.hbm_bytes / GIB:.2f}{fits} | {e.flops / 1e9:,.1f}{one} | "
                 f"{e.bytes_accessed / 1e9:,.2f}{one} | {rates} | {coll} | {e.pallas_kernels} | "
                 f"{e.cpu_custom_calls}, {e.host_transfers} |"
             )
@@ -576,8 +610,10 @@ def plan_topology(
     generation: bool = True,
     count_layers: bool = True,
     progress: Any = None,
+    keep: Any = None,
 ) -> TopologyPlan:
-    """Compiles every executable of a run of `config` on `topology` (module docstring)."""
+    """Compiles every executable of a run of `config` on `topology` (module docstring);
+    `keep(planned) -> bool`, when given, picks some of them."""
     topo = get_topology(topology)
     mesh = topology_mesh(topo, preset)
     spec = with_backends(spec_from_config(config, compute_dtype=dtype), mesh, attention)
@@ -604,6 +640,8 @@ def plan_topology(
         planned += generation_jobs(
             spec, mesh, rows=gen_rows, slots=slots, n_new=gen_new, prompt=prompt
         )
+    if keep is not None:
+        planned = [job for job in planned if keep(job)]
     chips = mesh.devices.size
     compiled = []
     for job in planned:
@@ -611,7 +649,10 @@ def plan_topology(
             progress(f"compiling {job.name} for {topo.name}")
         cost = None
         try:
-            cost = layer_costs(job.count or job.build, spec, mesh, dtype) if count_layers else None
+            if count_layers and job.steps is not None:
+                cost = step_costs(job.steps, spec, mesh, dtype)
+            elif count_layers:
+                cost = layer_costs(job.count or job.build, spec, mesh, dtype)
         except Exception:  # the full compile below reports the error
             cost = None
         compiled.append(

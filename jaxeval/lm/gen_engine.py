@@ -249,12 +249,15 @@ class ContinuousEngine:
         extras = (prefix, put_global(batch, self.replicated), seed)
         return self._state_call(self._state_job(key, kernel, *extras), state, *extras)
 
-    def _decode_job(self, seed: Any, want: Any) -> Job:
-        key = ("decode", self.rows, self.slots, self.n_new, self.sample)
+    def _decode_job(self, seed: Any, want: Any, steps_per_iteration: int = 1) -> Job:
+        key = ("decode", self.rows, self.slots, self.n_new, self.sample, steps_per_iteration)
         spec, mesh, sample = self.gen.spec, self.gen.mesh, self.sample
 
         def kernel(pa, st, s, sd, w):
-            return decode_chunk(pa, st, s, sd, w, model=spec, sample=sample, mesh=mesh)
+            return decode_chunk(
+                pa, st, s, sd, w, model=spec, sample=sample, mesh=mesh,
+                steps_per_iteration=steps_per_iteration,
+            )  # fmt: skip
 
         return self._state_job(key, kernel, seed, want)
 
