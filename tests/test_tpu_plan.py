@@ -78,9 +78,9 @@ def test_smollm2_compiles_for_tpu_slices(smollm2, topology):
 @pytest.mark.slow
 @pytest.mark.parametrize("topology", ["v5e-8", "v4-8", "v5e-16"])
 def test_llama_3_8b_fits_with_pallas_kernels(topology):
-    """The target shape: bf16 Llama-3-8B scoring rows of 2,048 tokens, the prefill of a prompt
-    of 3,840 tokens and a decode step of 64 rows x 4,096 slots compile for a v5e-8, a v4-8
-    (4 chips of 32 GiB) and a v5e-16 (4 hosts) and fit their chips."""
+    """The target shape: bf16 Llama-3-8B scoring rows of 2,048 tokens and a decode step of
+    64 rows x 4,096 slots compile for a v5e-8, a v4-8 (4 chips of 32 GiB) and a v5e-16
+    (4 hosts) and fit their chips; on the v5e-8, the prefill of a prompt of 3,840 tokens too."""
     everything = topology == "v5e-8"
     plan = plan_topology(
         read_config(str(LLAMA_8B)),
