@@ -56,9 +56,15 @@ def _most_points_and_decode(job) -> bool:
     return job.kind == "decode" or re.fullmatch(r"score T=(\d+) K=\1 B=\d+", job.name) is not None
 
 
+def _decode(job) -> bool:
+    return job.kind == "decode"
+
+
 @pytest.mark.parametrize("topology", ["v5e-8", "v4-8", "v5e-16"])
 def test_smollm2_compiles_for_tpu_slices(smollm2, topology):
-    everything = topology == "v5e-8"
+    """Its 3 kv heads and width 576 divide no slice's chips: the kernels and the rule table's
+    replicated fallbacks compile and fit (every kind of executable: the 8B test)."""
+    first = topology == "v5e-8"
     plan = plan_topology(
         read_config(str(smollm2)),
         topology,
@@ -67,12 +73,12 @@ def test_smollm2_compiles_for_tpu_slices(smollm2, topology):
         gen_slots=1024,
         gen_new=128,
         count_layers=False,
-        keep=None if everything else _most_points_and_decode,
+        keep=_most_points_and_decode if first else _decode,
     )
-    # scoring at the fewest and most points, prefill, decode; or the most points and decode
-    _check(plan, 4 if everything else 2)
+    _check(plan, 2 if first else 1)
     assert plan.mesh["fsdp"] == len(topology_devices(topology))  # one device per chip
-    assert "| score T=512 K=512" in plan.table() and "decode step 64 rows" in plan.table()
+    assert "decode step 64 rows" in plan.table()
+    assert ("| score T=512 K=512" in plan.table()) == first
 
 
 @pytest.mark.slow
