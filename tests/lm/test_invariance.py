@@ -48,6 +48,8 @@ def _run(lm, workload):
     return np.array([g[0] for g in got]), np.array([g[1] for g in got]), np.array(rolling)
 
 
+BASE = dict(dtype="float32", mesh="single", max_length=MAX_LENGTH, token_budget=1024)
+
 # Every variant on llama (rope); on gpt2 (learned positions) the ones that move tokens to other
 # rows and positions (packing, sharing, buckets): batch sizes and meshes do not meet positions.
 PAIRS = [("llama", v) for v in VARIANTS] + [
@@ -62,14 +64,7 @@ def baselines(workload):
     def get(family):
         if family not in done:
             path = tiny_checkpoint(family)
-            lm = JaxLM(
-                pretrained=path,
-                dtype="float32",
-                mesh="single",
-                max_length=MAX_LENGTH,
-                token_budget=1024,
-            )
-            done[family] = path, _run(lm, workload)
+            done[family] = path, _run(JaxLM(pretrained=path, **BASE), workload)
         return done[family]
 
     return get
@@ -78,8 +73,7 @@ def baselines(workload):
 @pytest.mark.parametrize("family, variant", PAIRS, ids=[f"{f}-{v}" for f, v in PAIRS])
 def test_results_invariant(baselines, workload, family, variant):
     path, (ll0, gr0, roll0) = baselines(family)
-    kwargs = dict(dtype="float32", mesh="single", max_length=MAX_LENGTH, token_budget=1024)
-    kwargs.update(VARIANTS[variant])
+    kwargs = {**BASE, **VARIANTS[variant]}
     lm = JaxLM(pretrained=path, **kwargs)
     ll, gr, roll = _run(lm, workload)
     d_ll, d_roll = np.abs(ll - ll0), np.abs(roll - roll0)
