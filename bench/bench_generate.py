@@ -32,7 +32,7 @@ WORDS = (
 
 
 def make_model(root: str, texts: list[str]) -> str:
-    from jaxeval.tiny import train_tokenizer, write_tiny_llama
+    from jaxeval.demo.tiny import train_tokenizer, write_tiny_llama
 
     tok_dir = train_tokenizer(texts, os.path.join(root, "tok"), style="llama", vocab_size=1024)
     return write_tiny_llama(
@@ -61,7 +61,7 @@ def make_prompts(n: int, seed: int = 0) -> list[str]:
 def run_ours(path: str, requests, batch_size: int, max_length: int, repeats: int):
     from transformers import AutoTokenizer
 
-    from jaxeval.lm.generation import Generator
+    from jaxeval.lm.generate.generator import Generator
     from jaxeval.models import load_model
 
     gen = Generator(

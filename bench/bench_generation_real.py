@@ -143,7 +143,7 @@ def main(argv=None) -> int:
 
     gguf = model_file()
     if not gguf.exists():
-        raise SystemExit(f"{gguf} missing: run `python -m jaxeval.fetch` once")
+        raise SystemExit(f"{gguf} missing: run `python -m jaxeval.demo.fetch` once")
     root = pathlib.Path(tempfile.mkdtemp(prefix="jaxeval-genbench-"))
     cases = write_tasks(root)
     venv_bin = pathlib.Path(sys.executable).parent
@@ -200,7 +200,7 @@ def main(argv=None) -> int:
         table.append(row)
 
     # ---- jaxeval generation alone: static vs continuous (+ shared prefix) ----------------------
-    from jaxeval.lm.generation import Generator
+    from jaxeval.lm.generate.generator import Generator
     from jaxeval.models import load_model
 
     model = load_model(str(gguf), dtype="float32", attention="auto")

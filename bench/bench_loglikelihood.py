@@ -41,7 +41,7 @@ def build_model(root: str) -> str:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from jaxeval.tiny import train_tokenizer
+    from jaxeval.demo.tiny import train_tokenizer
 
     texts = [
         r["page"] for r in _rows(DATA / "wikitext_document_level/wikitext-2-raw-v1/test.jsonl", 62)

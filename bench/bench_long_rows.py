@@ -40,8 +40,8 @@ def main(argv=None) -> int:
     p.add_argument("--lengths", default="512,2048,8192,16384")
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args(argv)
-    from jaxeval.mesh import make_mesh
     from jaxeval.models import load_model
+    from jaxeval.platform.mesh import make_mesh
 
     loaded = load_model(build(args.model), mesh=make_mesh("single"), dtype="float32")
     spec, params, shape = loaded.spec, loaded.params, SHAPES[args.model]

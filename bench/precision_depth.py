@@ -120,7 +120,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from jaxeval.fetch import fetch_smollm2
+    from jaxeval.demo.fetch import fetch_smollm2
     from jaxeval.models import load_model
 
     path = fetch_smollm2()

@@ -219,7 +219,7 @@ def check_weights(loaded, states: dict[str, dict]) -> dict[str, tuple[int, int, 
     import jax
 
     from jaxeval.models.families import FAMILIES
-    from jaxeval.models.hf_weights import Source
+    from jaxeval.models.weights.hf import Source
 
     spec = loaded.spec
     sources = FAMILIES[spec.model_type].weights(spec)
@@ -377,7 +377,7 @@ def main() -> None:
     model = model_path()
     if model is None:
         raise SystemExit(
-            "no cached SmolLM2 GGUF: run `jaxeval demo` or jaxeval.fetch.fetch_smollm2()"
+            "no cached SmolLM2 GGUF: run `jaxeval demo` or jaxeval.demo.fetch.fetch_smollm2()"
         )
     data = data_file(args.data_dir, args.docs)
     digest = sha256(data)
@@ -431,8 +431,8 @@ def main() -> None:
     state64 = {k: v.numpy() for k, v in model64.state_dict().items()}
     timings["transformers GGUF load"] = time.time() - start if hflm is None else 0.0
 
-    from jaxeval.mesh import make_mesh
     from jaxeval.models import load_model
+    from jaxeval.platform.mesh import make_mesh
 
     start = time.time()
     loaded = load_model(model, mesh=make_mesh("single"), dtype="float32")

@@ -20,7 +20,7 @@ from tests.e2e.real_model import CASES, DEMO_TASK, VARIANTS, golden_path, run_ja
 
 
 def main() -> None:
-    from jaxeval.demo import parse_args, run_demo
+    from jaxeval.demo.run import parse_args, run_demo
 
     start = time.time()
     demo, _, _ = run_demo(parse_args([]), log_samples=True)

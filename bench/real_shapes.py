@@ -83,7 +83,7 @@ def _rows(path: pathlib.Path, n: int) -> list[dict]:
 
 def tokenizer_dir() -> str:
     """The shared BPE tokenizer (trained once on WikiText, LAMBADA and ARC text)."""
-    from jaxeval.tiny import train_tokenizer
+    from jaxeval.demo.tiny import train_tokenizer
 
     out = CACHE / "tokenizer"
     if (out / "tokenizer.json").exists():

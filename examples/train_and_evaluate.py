@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> dict:
     import jaxeval
     from examples.nnx_llama import LlamaConfig, NnxLlama, next_token_loss
     from jaxeval.api.task_manager import TaskManager
-    from jaxeval.output import make_table, save_results
-    from jaxeval.tiny import train_tokenizer
+    from jaxeval.demo.tiny import train_tokenizer
+    from jaxeval.results.files import make_table, save_results
     from jaxeval.trackers import TensorBoardLogger, flatten_results
 
     start = time.perf_counter()

@@ -26,9 +26,9 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from jaxeval import distributed
 from jaxeval.api.instance import Instance
 from jaxeval.errors import JaxevalError
+from jaxeval.platform import distributed
 
 log = logging.getLogger(__name__)
 METHODS = ("loglikelihood", "loglikelihood_rolling", "generate_until")

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxeval import distributed, preflight
+from jaxeval import preflight
 from jaxeval.api import request_cache
 from jaxeval.api.instance import REQUEST_TYPES, Instance
 from jaxeval.api.task_manager import LoadedTasks, TaskManager
@@ -33,8 +33,9 @@ from jaxeval.cache import ResponseStore, response_cache
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.args import parse_model_args
 from jaxeval.lm.base import LM, MODELS
-from jaxeval.output import handle_non_serializable
-from jaxeval.results import TaskAccumulator, build_results
+from jaxeval.platform import distributed
+from jaxeval.results.aggregate import TaskAccumulator, build_results
+from jaxeval.results.files import handle_non_serializable
 from jaxeval.run_info import environment_info, tokenizer_info
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,8 @@
 """Where jaxeval keeps files between runs: one root, one folder per kind.
 
     cache_home()            $JAXEVAL_CACHE, else $XDG_CACHE_HOME/jaxeval, else ~/.cache/jaxeval
-    cache_dir("xla")        <cache_home>/xla      compiled executables (`jaxeval.compile_cache`)
-    cache_dir("models")     <cache_home>/models   fetched checkpoints (`jaxeval.fetch`)
+    cache_dir("xla")        <cache_home>/xla      compiled executables (`jaxeval.platform.compile_cache`)
+    cache_dir("models")     <cache_home>/models   fetched checkpoints (`jaxeval.demo.fetch`)
     cache_dir("requests")   <cache_home>/requests built requests (`--cache_requests`)
     cache_dir("task_index") <cache_home>/task_index  lm-eval catalogue index
 

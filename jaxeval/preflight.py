@@ -23,7 +23,7 @@ from typing import Any
 from jaxeval.api.task_manager import builtin_task_dir
 from jaxeval.api.yaml_loader import load_yaml
 from jaxeval.errors import JaxevalError
-from jaxeval.lm.gen_kwargs import normalize
+from jaxeval.lm.generate.kwargs import normalize
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -61,7 +61,7 @@ def check_writable_dir(folder: Path, *, field: str, hint: str) -> None:
 
 
 def check_output_path(output_path: str | None) -> None:
-    """The folders `jaxeval.output.save_results` will write: `P/<model>/` or, for `P.json`, P's."""
+    """The folders `jaxeval.results.files.save_results` will write: `P/<model>/` or, for `P.json`, P's."""
     if not output_path:
         return
     path = Path(output_path)

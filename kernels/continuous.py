@@ -53,8 +53,8 @@ from jaxeval.kernels.generate import BUDGET, PAD_TOKEN, StopTable, apply_stops
 from jaxeval.kernels.sampling import SamplingParams, next_tokens, row_keys
 from jaxeval.kernels.stop_match import empty_buffer
 
-from jaxeval.mesh import constrain_rows
 from jaxeval.models.contract import ROW_AXES, SLOT_AXES, DecoderModel
+from jaxeval.platform.mesh import constrain_rows
 from jaxeval.shapes import Bool, Float, Int
 
 # 1-D shape annotations as names: a lone letter in a string reads as an undefined name to linters

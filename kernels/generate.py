@@ -38,8 +38,8 @@ from jaxeval.kernels.stop_match import (
     stop_token_hit,
 )
 
-from jaxeval.mesh import constrain_rows
 from jaxeval.models.contract import ROW_AXES, DecoderModel
+from jaxeval.platform.mesh import constrain_rows
 from jaxeval.shapes import Bool, Float, Int
 
 # 1-D shape annotations as names: a lone letter in a string reads as an undefined name to linters

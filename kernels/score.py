@@ -1,7 +1,7 @@
 """The loglikelihood scoring kernel: packed rows in, per-request (loglik, is_greedy) out.
 
 A loglikelihood request scores continuation token t_k from the hidden state at the position just
-before it. The planner (`jaxeval.lm.planner`) lays requests out in rows and lists, per row, K
+before it. The planner (`jaxeval.lm.score.planner`) lays requests out in rows and lists, per row, K
 *score points* `(position, target, slot)`. The kernel runs the model body over the rows, gathers the
 hidden states at the score points only, and applies the LM head there in vocabulary chunks with a
 float32 online logsumexp, so neither [B, T, V] nor [B, K, V] is ever materialised:

@@ -3,7 +3,7 @@
 A stop string can span token boundaries and tokenize differently in context ("\\n\\n" may come out as
 one token or as two "\\n"), so matching token-id sequences misses stops. Instead each row keeps the
 last Y bytes of its generated text in a rolling buffer; every step appends the new token's bytes
-(from a [V, Y] table built on the host, `jaxeval.lm.gen_stops`) and looks for each of the row's stop
+(from a [V, Y] table built on the host, `jaxeval.lm.generate.stops`) and looks for each of the row's stop
 strings (as UTF-8 bytes, right-aligned in [Z, M]) anywhere in the buffer.
 
     Y = 8, the row has generated "Answer"; the new token is " 4\\n" (3 bytes):

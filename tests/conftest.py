@@ -43,7 +43,7 @@ def _user_cache_home() -> pathlib.Path:
 # The user's real caches stay untouched: every cache of the session (task index, requests, kernels,
 # compiled executables, models) lives under a temporary root, removed at exit. The real-model
 # tests' file (SmolLM2 GGUF) comes from `JAXEVAL_TEST_MODELS` (`.ci/run` fetches it there:
-# `JAXEVAL_CACHE=$JAXEVAL_TEST_MODELS python -m jaxeval.fetch`; default `<repo>/.test-models`),
+# `JAXEVAL_CACHE=$JAXEVAL_TEST_MODELS python -m jaxeval.demo.fetch`; default `<repo>/.test-models`),
 # linked into the session's root, never from the user's cache.
 USER_CACHE = _user_cache_home()
 TEST_MODELS = pathlib.Path(os.environ.get("JAXEVAL_TEST_MODELS") or REPO / ".test-models")

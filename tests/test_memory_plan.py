@@ -7,7 +7,7 @@ import pytest
 
 from jaxeval.cli import main
 from jaxeval.errors import JaxevalError
-from jaxeval.memory_plan import abstract_mesh, plan_memory, read_config
+from jaxeval.plan.memory import abstract_mesh, plan_memory, read_config
 from tests.conftest import REPO
 
 MODELS = REPO / "configs" / "models"

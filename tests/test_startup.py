@@ -1,4 +1,4 @@
-"""The `jaxeval` command keeps transformers from importing torch (jaxeval.startup), without changing
+"""The `jaxeval` command keeps transformers from importing torch (jaxeval.cli.startup), without changing
 what the tokenizer or the config say; JAXEVAL_TRANSFORMERS_TORCH=1 and an in-process caller that
 already imported transformers keep torch visible."""
 
@@ -18,7 +18,7 @@ pytest.importorskip("torch")  # the test extra installs it; without it there is 
 # Loads a checkpoint's config and tokenizer as JaxLM does, tokenizes, renders a chat template.
 PROBE = """
 import json, sys
-from jaxeval.startup import hide_torch_from_transformers
+from jaxeval.cli.startup import hide_torch_from_transformers
 hidden = hide_torch_from_transformers()
 from transformers import AutoConfig, AutoTokenizer
 path = sys.argv[1]
@@ -59,7 +59,7 @@ def test_nothing_changes_once_transformers_is_imported():
     import transformers  # noqa: F401  (this test process: lm-eval and torch share it)
     from transformers.utils import import_utils
 
-    from jaxeval.startup import hide_torch_from_transformers
+    from jaxeval.cli.startup import hide_torch_from_transformers
 
     assert hide_torch_from_transformers() is False
     assert import_utils.is_torch_available()

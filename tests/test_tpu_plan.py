@@ -13,17 +13,17 @@ import re
 
 import pytest
 
-from jaxeval.aot_plan import (
+from jaxeval.errors import JaxevalError
+from jaxeval.models.families import spec_from_config
+from jaxeval.plan.compiled import (
     attention_flops,
     first_layers,
     hlo_facts,
     layer_period,
     plan_topology,
 )
-from jaxeval.errors import JaxevalError
-from jaxeval.memory_plan import read_config
-from jaxeval.models.families import spec_from_config
-from jaxeval.topology import TOPOLOGIES, get_topology, topology_devices
+from jaxeval.plan.memory import read_config
+from jaxeval.plan.topology import TOPOLOGIES, get_topology, topology_devices
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LLAMA_8B = REPO / "configs" / "models" / "llama-3-8b"
@@ -111,7 +111,9 @@ def test_layer_costs_extrapolate_exactly_on_a_small_model(tmp_path):
     config.update(num_hidden_layers=4, vocab_size=512, hidden_size=128)
     config.update(num_attention_heads=2, num_key_value_heads=1, intermediate_size=256)
     (tmp_path / "config.json").write_text(json.dumps(config))
-    from jaxeval.aot_plan import (
+    from jaxeval.lm.score.buckets import fitted_buckets
+    from jaxeval.models.loader import with_backends
+    from jaxeval.plan.compiled import (
         _cost,
         layer_costs,
         score_buckets,
@@ -119,8 +121,6 @@ def test_layer_costs_extrapolate_exactly_on_a_small_model(tmp_path):
         sharded_abstract_params,
         topology_mesh,
     )
-    from jaxeval.lm.buckets import fitted_buckets
-    from jaxeval.models.loader import with_backends
 
     topo = get_topology("v5e-8")
     mesh = topology_mesh(topo, "single")
@@ -209,7 +209,7 @@ def test_cli_reports_executables_that_do_not_fit(smollm2, capsys):
 
 
 def test_without_libtpu_the_error_says_how_to_get_it(monkeypatch):
-    from jaxeval import topology
+    from jaxeval.plan import topology
 
     monkeypatch.setattr(topology, "libtpu_available", lambda: False)
     with pytest.raises(JaxevalError, match="compiling for v5e-8 needs libtpu") as raised:
@@ -223,14 +223,14 @@ def test_a_decode_step_reads_its_weight_shard_and_cache_once(tmp_path):
     moves once per call) are within 2x of the chip's weight shard plus its cache rows (1.59x),
     where gathering every layer's weights took 7.0x (SmolLM2's shapes cut to 8 layers, whose
     head and sampling weigh more than at 30 layers, where the step is 1.21x: docs/tpu.md)."""
-    from jaxeval.aot_plan import (
+    from jaxeval.models.loader import with_backends
+    from jaxeval.plan.compiled import (
         generation_jobs,
         param_bytes_per_chip,
         sharded_abstract_params,
         step_costs,
         topology_mesh,
     )
-    from jaxeval.models.loader import with_backends
 
     config = json.loads((SMOLLM2 / "config.json").read_text())
     config.update(num_hidden_layers=8)

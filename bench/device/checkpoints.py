@@ -13,7 +13,7 @@ Shapes:
 
 The model: transformers' `from_config` (its own initializer, seeded) created directly on `device`
 in `dtype`, then `save_pretrained` (safetensors). The tokenizer: a byte-level BPE trained on the
-bundled rows (`jaxeval.tiny.train_tokenizer`, Llama style: BOS added), its vocabulary padded with
+bundled rows (`jaxeval.demo.tiny.train_tokenizer`, Llama style: BOS added), its vocabulary padded with
 filler tokens (`zqa`, `zqb`, ...: plain letters, so every id decodes to text) to exactly the model's
 vocabulary size, so that any id a random model generates is a real token for both tools.
 """
@@ -99,7 +99,7 @@ def _filler(i: int) -> str:
 
 def build_tokenizer(out: pathlib.Path, vocab_size: int, data: pathlib.Path) -> pathlib.Path:
     """A Llama-style BPE tokenizer of exactly `vocab_size` ids in `out` (module docstring)."""
-    from jaxeval.tiny import train_tokenizer
+    from jaxeval.demo.tiny import train_tokenizer
 
     if (out / "tokenizer.json").exists():
         return out

@@ -77,7 +77,7 @@ def _smollm2(given: str | None) -> str | None:
         return given
     if os.environ.get("JAXEVAL_SMOLLM2"):
         return os.environ["JAXEVAL_SMOLLM2"]
-    from jaxeval.fetch import FILE_NAME, smollm2_path
+    from jaxeval.demo.fetch import FILE_NAME, smollm2_path
 
     found = smollm2_path()
     local = REPO / ".test-models" / "models" / FILE_NAME

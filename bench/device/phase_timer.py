@@ -7,7 +7,7 @@ Wraps the model class's `loglikelihood`, `loglikelihood_rolling` and `generate_u
 `HFLM`, jaxeval's `JaxLM`) with a wall-clock timer and appends one JSON line per call to
 $PHASE_TIMES: {"method", "requests", "seconds"}. Each method returns host values, so a call's end
 is its device work's end. Nothing else changes: the same CLI entry point runs the same arguments.
-jaxeval's entry first hides torch from transformers, as its own command does (`jaxeval.startup`).
+jaxeval's entry first hides torch from transformers, as its own command does (`jaxeval.cli.startup`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main(tool: str, argv: list[str]) -> int:
         cli_evaluate()
         return 0
     if tool == "jaxeval":
-        from jaxeval.startup import hide_torch_from_transformers
+        from jaxeval.cli.startup import hide_torch_from_transformers
 
         hide_torch_from_transformers()
         from jaxeval.lm.jax_lm import JaxLM

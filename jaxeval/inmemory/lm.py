@@ -35,9 +35,9 @@ from jaxeval.errors import JaxevalError
 from jaxeval.inmemory.function_model import FunctionModel
 from jaxeval.inmemory.point_scorer import PointScorer
 from jaxeval.lm.jax_lm import JaxLM
-from jaxeval.mesh import put_global, single_device_mesh
 from jaxeval.models.loader import LoadedModel
 from jaxeval.models.spec import ModelSpec
+from jaxeval.platform.mesh import put_global, single_device_mesh
 from jaxeval.shapes import pow2_at_most
 
 # A mask-only model holds [B, T, V] float32 logits (and a temporary of that size) per batch: the

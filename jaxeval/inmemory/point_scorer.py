@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxeval.kernels.score import ScoreBatch, ScoreResult, segment_sum_f32
-from jaxeval.lm.buckets import Bucket
-from jaxeval.lm.scorer import Scorer
+from jaxeval.lm.score.buckets import Bucket
+from jaxeval.lm.score.scorer import Scorer
 
 
 def score_points(params: Any, batch: ScoreBatch, *, model: Any, n_slots: int) -> ScoreResult:

@@ -13,18 +13,18 @@ from jaxeval.lm.args import parse_model_args
 from jaxeval.lm.base import LM, MODELS
 
 _LAZY = {
-    "Bucket": "jaxeval.lm.buckets",
-    "BucketSet": "jaxeval.lm.buckets",
-    "make_buckets": "jaxeval.lm.buckets",
+    "Bucket": "jaxeval.lm.score.buckets",
+    "BucketSet": "jaxeval.lm.score.buckets",
+    "make_buckets": "jaxeval.lm.score.buckets",
     "Encoder": "jaxeval.lm.encoding",
     "resolve_max_length": "jaxeval.lm.encoding",
     "rolling_windows": "jaxeval.lm.encoding",
     "truncate_request": "jaxeval.lm.encoding",
     "JaxLM": "jaxeval.lm.jax_lm",
-    "ScorePlan": "jaxeval.lm.planner",
-    "plan_score_batches": "jaxeval.lm.planner",
-    "Generator": "jaxeval.lm.generation",
-    "generate_until": "jaxeval.lm.generation",
+    "ScorePlan": "jaxeval.lm.score.planner",
+    "plan_score_batches": "jaxeval.lm.score.planner",
+    "Generator": "jaxeval.lm.generate.generator",
+    "generate_until": "jaxeval.lm.generate.generator",
 }
 
 __all__ = ["LM", "MODELS", "parse_model_args", *_LAZY]

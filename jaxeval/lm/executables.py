@@ -13,7 +13,7 @@ dtypes and shardings are read), `key` names the executable (a bucket, a generati
 piece). Nothing is ever compiled twice for one key.
 
 **Counters.** `compilations` counts executables XLA built, `cache_hits` those loaded from JAX's
-persistent cache (`jaxeval.compile_cache`), `compile_s` the seconds spent in either (on any thread),
+persistent cache (`jaxeval.platform.compile_cache`), `compile_s` the seconds spent in either (on any thread),
 `compile_wait_s` the seconds a caller of `get` waited for an executable it needed (its own compile
 included). Both compile paths (the thread and a caller compiling at once) count through
 `CompileCounter`, which attributes each compile event to the thread that compiled, so counts stay
@@ -36,7 +36,7 @@ from typing import Any
 
 import jax
 
-from jaxeval.compile_cache import CompileCounter
+from jaxeval.platform.compile_cache import CompileCounter
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -7,15 +7,15 @@
     -> [-153.8]
 
 Requests are encoded exactly as lm-eval's HF backend encodes them (`jaxeval.lm.encoding`), planned
-into packed fixed-shape batches on the host (`jaxeval.lm.planner`), and scored by one compiled
-kernel per batch shape, compiled when a plan first uses it (`jaxeval.lm.scorer`) and kept in JAX's
-persistent compilation cache (`jaxeval.compile_cache`). `batch_size` keeps its lm-eval spelling
+into packed fixed-shape batches on the host (`jaxeval.lm.score.planner`), and scored by one compiled
+kernel per batch shape, compiled when a plan first uses it (`jaxeval.lm.score.scorer`) and kept in JAX's
+persistent compilation cache (`jaxeval.platform.compile_cache`). `batch_size` keeps its lm-eval spelling
 (`N`, `auto`, `auto:N`) but does not set the scoring batches: rows are packed, so a batch holds a
 token budget (`token_budget`, default `auto_token_budget`: from the model's width and the device's
 memory, never from max_length), and each bucket's last batch is cut to the rows it has. For
 generation, N sets the rows per batch (at least 16).
 
-Several JAX processes (`jaxeval.distributed`) form ONE logical evaluator: `rank` 0 and
+Several JAX processes (`jaxeval.platform.distributed`) form ONE logical evaluator: `rank` 0 and
 `world_size` 1 on every process (documents are never strided), the mesh spans every process's
 devices, each process runs the same plan, and only `is_main_process` (process 0) writes results.
 """
@@ -33,21 +33,21 @@ import numpy as np
 from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
-from jaxeval import compile_cache, distributed
 from jaxeval.cache import file_identity, fingerprint_of
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.base import LM, MODELS
-from jaxeval.lm.buckets import BucketSet, parse_buckets
 from jaxeval.lm.encoding import Encoder, resolve_max_length, rolling_windows, truncate_request
-from jaxeval.lm.gen_plan import request_pairs
-from jaxeval.lm.generation import Generator
+from jaxeval.lm.generate.generator import Generator
+from jaxeval.lm.generate.plan import request_pairs
 from jaxeval.lm.model_config import JaxLMConfig
-from jaxeval.lm.planner import ScorePlan, plan_score_batches
-from jaxeval.lm.scorer import Scorer
-from jaxeval.mesh import batch_shards, local_device, make_mesh, spans_all_processes
+from jaxeval.lm.score.buckets import BucketSet, parse_buckets
+from jaxeval.lm.score.planner import ScorePlan, plan_score_batches
+from jaxeval.lm.score.scorer import Scorer
 from jaxeval.models import LoadedModel, load_model
 from jaxeval.models.loader import with_backends
 from jaxeval.models.spec import ModelSpec
+from jaxeval.platform import compile_cache, distributed
+from jaxeval.platform.mesh import batch_shards, local_device, make_mesh, spans_all_processes
 from jaxeval.shapes import pow2_at_most
 
 DEFAULT_CPU_TOKEN_BUDGET = 8192
@@ -255,8 +255,8 @@ class JaxLM(LM):
             return tokenizer
         if tokenizer is None and self.loaded.gguf_file:
             # start-up: the gguf package and transformers' GGUF tables load only for a .gguf file
-            from jaxeval.models.gguf import load_tokenizer
-            from jaxeval.models.gguf_file import GGUFFile
+            from jaxeval.models.weights.gguf import load_tokenizer
+            from jaxeval.models.weights.gguf_file import GGUFFile
 
             overrides = {} if add_bos_token is None else {"add_bos_token": add_bos_token}
             return load_tokenizer(GGUFFile(self.loaded.gguf_file), **overrides)
@@ -560,7 +560,7 @@ class JaxLM(LM):
         return self.generator
 
     def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
-        """lm-eval's generate_until on the JAX decode kernels (`jaxeval.lm.generation`)."""
+        """lm-eval's generate_until on the JAX decode kernels (`jaxeval.lm.generate.generator`)."""
         pairs, same = request_pairs(requests)
         return self.generation().generate_until(
             pairs,

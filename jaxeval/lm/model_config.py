@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxeval.errors import JaxevalError
-from jaxeval.lm.gen_config import GenConfig
+from jaxeval.lm.generate.config import GenConfig
 
 # HFLM arguments accepted for command-line compatibility that change nothing here.
 IGNORED_HF_ARGS = (

@@ -61,9 +61,9 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxeval.errors import JaxevalError
-from jaxeval.mesh import rows_axis
 from jaxeval.models import attention as attn
 from jaxeval.models import cpu_attention
+from jaxeval.platform.mesh import rows_axis
 from jaxeval.shapes import Float, Int, pow2_at_most
 
 ENV = "JAXEVAL_ATTENTION"

@@ -95,7 +95,7 @@ class DecoderModel(Protocol):
         """Writes T tokens at cache slots [index, index + T) and returns their hidden states;
         query t sees slot j iff valid[j] and j <= index + t. `index` is int32[] (all rows); a model
         whose class sets `per_row_cache_index = True` (our `ModelSpec` does, by type) also takes
-        int32[B], one slot per row, and then gets continuous batching (`jaxeval.lm.gen_engine`)."""
+        int32[B], one slot per row, and then gets continuous batching (`jaxeval.lm.generate.engine`)."""
         ...
 
     def param_count(self, params: Any = None) -> int:

@@ -23,13 +23,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxeval.mesh import constrain_rows, constrain_rows_on_data
 from jaxeval.models import attention as attn
 from jaxeval.models.attention_backend import XLA
 from jaxeval.models.contract import KVCache
 from jaxeval.models.layers import HIGHEST, mlp, norm
 from jaxeval.models.moe import moe_block
 from jaxeval.models.rope import dynamic_inv_freq, rope_cos_sin
+from jaxeval.platform.mesh import constrain_rows, constrain_rows_on_data
 from jaxeval.shapes import Bool, Float, Int
 
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxeval.errors import JaxevalError
-from jaxeval.models import hf_weights
 from jaxeval.models.mla import MLASpec
 from jaxeval.models.moe import MoESpec
 from jaxeval.models.rope import DynamicRope, LayerRope, layer_rope, yarn_mscale
 from jaxeval.models.spec import ModelSpec
+from jaxeval.models.weights import hf as hf_weights
 
 
 def _get(cfg: Any, *names: str, default: Any = None) -> Any:

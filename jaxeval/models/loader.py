@@ -10,7 +10,7 @@ shard of one parameter plus one layer's tensor at a time, never a second copy of
       -> LoadedModel(spec=ModelSpec(model_type="llama", ...), params={...}, hf_config, path, mesh)
     load_model("/ckpt", gguf_file="smollm2.Q4_1.gguf")   # or load_model("/ckpt/smollm2.Q4_1.gguf")
 
-A GGUF file goes through the same path: `jaxeval.models.gguf.GGUFCheckpoint` answers HF tensor
+A GGUF file goes through the same path: `jaxeval.models.weights.gguf.GGUFCheckpoint` answers HF tensor
 names with dequantized rows, so each shard is still read (and dequantized) on its own.
 """
 
@@ -27,18 +27,18 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxeval.errors import JaxevalError
-from jaxeval.mesh import single_device_mesh
-from jaxeval.models import gguf
 from jaxeval.models.attention_backend import select_attention
-from jaxeval.models.checkpoint import CheckpointReader
 from jaxeval.models.experts import select_experts
 from jaxeval.models.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
-from jaxeval.models.gguf_file import GGUFFile
-from jaxeval.models.hf_weights import Source
-from jaxeval.models.mxfp4 import with_mxfp4
 from jaxeval.models.params import ParamInfo, is_info, param_layout
 from jaxeval.models.sharding import logical_sharding
 from jaxeval.models.spec import ModelSpec
+from jaxeval.models.weights import gguf
+from jaxeval.models.weights.checkpoint import CheckpointReader
+from jaxeval.models.weights.gguf_file import GGUFFile
+from jaxeval.models.weights.hf import Source
+from jaxeval.models.weights.mxfp4 import with_mxfp4
+from jaxeval.platform.mesh import single_device_mesh
 
 STORAGE_DTYPES: dict[str, Any] = {
     "float32": np.float32,

@@ -17,9 +17,9 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxeval.mesh import rows_axis
 from jaxeval.models.contract import KVCache
 from jaxeval.models.params import is_info, param_layout
+from jaxeval.platform.mesh import rows_axis
 
 LOGICAL_AXIS_RULES: dict[str, str | None] = {
     "vocab": "model",

@@ -94,7 +94,7 @@ class ModelSpec:
     # (7.5 GB per layer per chip) where gathering the layer's weights moves 0.4 GB.
     rows_mesh: Any = None
     # the layer scans unrolled into straight-line code: only for counting a few layers' FLOPs
-    # exactly (`jaxeval.aot_plan`; XLA's cost analysis counts a loop's body once)
+    # exactly (`jaxeval.plan.compiled`; XLA's cost analysis counts a loop's body once)
     unroll_layers: bool = False
 
     def __post_init__(self):

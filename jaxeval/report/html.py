@@ -17,12 +17,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from jaxeval.output import HIGHER_IS_BETTER_SYMBOLS, atomic_write, table_order
 from jaxeval.report.assets import CSS, ERROR_HOOK, MAIN
 from jaxeval.report.compare import Comparison, compare_runs, shared_tasks
 from jaxeval.report.html_compare import comparison_html
 from jaxeval.report.load import Run
 from jaxeval.report.svg import PALETTE, Bar, Line, bar_chart, line_chart
+from jaxeval.results.files import HIGHER_IS_BETTER_SYMBOLS, atomic_write, table_order
 
 _NOT_METRICS = ("alias", "name", "sample_len")
 

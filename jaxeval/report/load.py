@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxeval.errors import JaxevalError
-from jaxeval.output import date_id_of, samples_path
+from jaxeval.results.files import date_id_of, samples_path
 
 # What a sample keeps (its `doc` is dropped: the prompt is in `arguments`).
 _SAMPLE_FIELDS = ("doc_id", "filter", "doc_hash", "target", "arguments", "resps", "filtered_resps")

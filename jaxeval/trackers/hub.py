@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxeval.errors import JaxevalError
-from jaxeval.output import sanitize_model_name
+from jaxeval.results.files import sanitize_model_name
 from jaxeval.trackers.hub_card import dataset_card
 
 log = logging.getLogger(__name__)

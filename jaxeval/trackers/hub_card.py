@@ -17,7 +17,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-from jaxeval.output import date_id_of, sanitize_model_name
+from jaxeval.results.files import date_id_of, sanitize_model_name
 
 
 def _config_of(path: PurePosixPath) -> str | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxeval.errors import JaxevalError
-from jaxeval.output import samples_path
+from jaxeval.results.files import samples_path
 from jaxeval.trackers.args import merge_dict_args
 from jaxeval.trackers.hub import (
     HubLogArgs,

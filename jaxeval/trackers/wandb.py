@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from jaxeval.errors import JaxevalError
-from jaxeval.output import handle_non_serializable
+from jaxeval.results.files import handle_non_serializable
 
 log = logging.getLogger(__name__)
 

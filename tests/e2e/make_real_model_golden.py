@@ -67,7 +67,7 @@ def main() -> None:
     path = model_path()
     if path is None:
         raise SystemExit(
-            "no cached SmolLM2 GGUF: run `jaxeval demo` or jaxeval.fetch.fetch_smollm2()"
+            "no cached SmolLM2 GGUF: run `jaxeval demo` or jaxeval.demo.fetch.fetch_smollm2()"
         )
     out_path = golden_path(args.dtype)
     out = json.loads(out_path.read_text()) if out_path.exists() else {}

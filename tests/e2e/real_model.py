@@ -72,7 +72,7 @@ def golden_path(dtype: str) -> pathlib.Path:
 
 def model_path() -> str | None:
     """The cached SmolLM2 GGUF (fetched by `.ci/run` or `jaxeval demo`), or None."""
-    from jaxeval.fetch import smollm2_path
+    from jaxeval.demo.fetch import smollm2_path
 
     return smollm2_path()
 
@@ -139,8 +139,8 @@ def float64_reference(path: str):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from jaxeval.models.gguf import GGUFCheckpoint, load_config
-    from jaxeval.models.gguf_file import GGUFFile
+    from jaxeval.models.weights.gguf import GGUFCheckpoint, load_config
+    from jaxeval.models.weights.gguf_file import GGUFFile
 
     f = GGUFFile(path)
     config = load_config(f)

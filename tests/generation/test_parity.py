@@ -46,7 +46,7 @@ def case(request, tmp_path_factory) -> Case:
     from transformers import AutoTokenizer
 
     from jaxeval.lm.encoding import Encoder
-    from jaxeval.lm.generation import Generator
+    from jaxeval.lm.generate.generator import Generator
     from jaxeval.models import load_model
     from tests.helpers.tiny_models import make_tiny_checkpoint
 

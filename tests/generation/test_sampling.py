@@ -31,9 +31,9 @@ def llama_path() -> str:
 def generator(batch_size: int = 8, seed: int = 1234, mesh: str = "single"):
     from transformers import AutoTokenizer
 
-    from jaxeval.lm.generation import Generator
-    from jaxeval.mesh import make_mesh
+    from jaxeval.lm.generate.generator import Generator
     from jaxeval.models import load_model
+    from jaxeval.platform.mesh import make_mesh
 
     path = llama_path()
     return Generator(
@@ -89,7 +89,7 @@ def test_sharded_equals_single_device():
 
 def test_repeats_share_one_prefill():
     from jaxeval.api.instance import Instance
-    from jaxeval.lm.generation import request_pairs
+    from jaxeval.lm.generate.generator import request_pairs
 
     gen = generator()
     a = Instance("generate_until", {}, (PROMPTS[1], dict(SAMPLED)), 0)
@@ -111,8 +111,8 @@ def test_repeats_share_one_prefill():
 def test_compile_count_bounded_by_buckets():
     from transformers import AutoTokenizer
 
-    from jaxeval.lm.gen_plan import plan_gen_batches
-    from jaxeval.lm.generation import Generator
+    from jaxeval.lm.generate.generator import Generator
+    from jaxeval.lm.generate.plan import plan_gen_batches
     from jaxeval.models import load_model
 
     path = llama_path()
@@ -143,7 +143,7 @@ def test_adapter_entry_point_takes_instances():
     from transformers import AutoTokenizer
 
     from jaxeval.api.instance import Instance
-    from jaxeval.lm.generation import generate_until
+    from jaxeval.lm.generate.generator import generate_until
     from jaxeval.models import load_model
 
     path = llama_path()

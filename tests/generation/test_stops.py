@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jaxeval.kernels.stop_match import append_token_bytes, empty_buffer, stop_found
 
-from jaxeval.lm.gen_stops import (
+from jaxeval.lm.generate.stops import (
     BUFFER_BYTES,
     cut_at_stops,
     special_token_ids,
@@ -96,7 +96,7 @@ def test_token_bytes_fast_decode_equals_batch_decode(style):
     and the byte-level check reads the same decoder as the whole tokenizer's JSON."""
     import json
 
-    from jaxeval.lm import gen_stops
+    from jaxeval.lm.generate import stops as gen_stops
 
     tok = tokenizer(style)
     seqs = [[3, t] for t in range(len(tok))]

@@ -1,6 +1,6 @@
 """Writes a tiny HF checkpoint as a GGUF file the way llama.cpp's `convert_hf_to_gguf.py` does.
 
-Independent of `jaxeval.models.gguf` on purpose: GGUF tensor names are spelled out here, and the
+Independent of `jaxeval.models.weights.gguf` on purpose: GGUF tensor names are spelled out here, and the
 export conversions are applied forwards (llama q/k rows permuted per head; GPT-2 Conv1D weights
 transposed to [out, in]; experts stacked per layer; gpt-oss's fused experts split and transposed;
 MXFP4 blocks repacked), so reading the file back through jaxeval checks the inverse. transformers'

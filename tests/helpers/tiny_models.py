@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from jaxeval.tiny import train_tokenizer
+from jaxeval.demo.tiny import train_tokenizer
 
 MOE_FAMILIES = (
     "mixtral",

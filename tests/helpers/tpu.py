@@ -1,4 +1,4 @@
-"""TPU meshes to compile for on this CPU host (`jaxeval.topology`): libtpu is a test dependency.
+"""TPU meshes to compile for on this CPU host (`jaxeval.plan.topology`): libtpu is a test dependency.
 
 mesh = tpu_mesh("v5e-8", model=1)          # Mesh of 8 TPU v5e devices, axes (data, fsdp, model)
 compiled = jax.jit(f).lower(*abstract_args_on(mesh)).compile()
@@ -11,8 +11,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxeval.mesh import MESH_AXES
-from jaxeval.topology import topology_devices
+from jaxeval.plan.topology import topology_devices
+from jaxeval.platform.mesh import MESH_AXES
 
 
 def tpu_mesh(name: str = "v5e-8", *, data: int = 1, model: int = 1) -> Mesh:

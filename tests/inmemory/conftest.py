@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jaxeval.tiny import train_tokenizer
+from jaxeval.demo.tiny import train_tokenizer
 from tests.helpers.tiny_models import TEXT
 
 MAX_LENGTH = 128

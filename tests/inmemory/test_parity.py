@@ -105,8 +105,8 @@ def test_reference_is_not_trivial(reference, token_pairs):
 def test_own_decoder_sharded_in_memory(nnx_model, tokenizer, reference, token_pairs, data_root):
     """(a) ModelSpec + params already sharded on the caller's 8-device mesh; KV-cache decode."""
     from examples.nnx_llama import to_decoder
-    from jaxeval.mesh import make_mesh
     from jaxeval.models import param_shardings
+    from jaxeval.platform.mesh import make_mesh
 
     mesh = make_mesh("data_model", model=2)
     spec, params = to_decoder(nnx_model.weights(), nnx_model.cfg, tokenizer)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import jaxeval
-from jaxeval.compile_cache import CompileCounter
 from jaxeval.errors import JaxevalError
 from jaxeval.inmemory import InMemoryLM
+from jaxeval.platform.compile_cache import CompileCounter
 from tests.inmemory.conftest import MAX_LENGTH
 
 TASKS = ["demo_arc_easy", "demo_wikitext", "demo_gsm8k"]  # multiple choice, rolling, generation

@@ -9,10 +9,10 @@ import pytest
 from jax.sharding import Mesh
 from jaxeval.kernels.score import default_vocab_chunk, head_stats, score
 
-from jaxeval.lm.buckets import make_buckets
 from jaxeval.lm.encoding import truncate_request
-from jaxeval.lm.planner import plan_score_batches
-from jaxeval.lm.scorer import Scorer
+from jaxeval.lm.score.buckets import make_buckets
+from jaxeval.lm.score.planner import plan_score_batches
+from jaxeval.lm.score.scorer import Scorer
 from tests.kernels.toy_model import ToyModel, greedy_continuation, reference_score
 
 

@@ -7,10 +7,10 @@ import jax
 import numpy as np
 import pytest
 
-from jaxeval import compile_cache
 from jaxeval.lm.jax_lm import JaxLM
-from jaxeval.mesh import make_mesh
 from jaxeval.models import load_model
+from jaxeval.platform import compile_cache
+from jaxeval.platform.mesh import make_mesh
 from tests.helpers.tiny_models import tiny_checkpoint
 from tests.lm.conftest import MAX_LENGTH, our_instances
 

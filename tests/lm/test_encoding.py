@@ -11,6 +11,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import resolve_max_length as lm_eval_resolve_max_length
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
+from jaxeval.demo.tiny import train_tokenizer
 from jaxeval.lm.encoding import (
     TOKENIZER_INFINITY,
     Encoder,
@@ -19,7 +20,6 @@ from jaxeval.lm.encoding import (
     rolling_windows,
     truncate_request,
 )
-from jaxeval.tiny import train_tokenizer
 from tests.helpers.tiny_models import TEXT
 
 

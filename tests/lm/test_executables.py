@@ -14,14 +14,14 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxeval.errors import JaxevalError
-from jaxeval.lm.buckets import parse_buckets
 from jaxeval.lm.executables import Executables, Job
-from jaxeval.lm.gen_config import GenConfig
+from jaxeval.lm.generate.config import GenConfig
 from jaxeval.lm.jax_lm import JaxLM
 from jaxeval.lm.model_config import JaxLMConfig
-from jaxeval.lm.scorer import Scorer
-from jaxeval.mesh import make_mesh
+from jaxeval.lm.score.buckets import parse_buckets
+from jaxeval.lm.score.scorer import Scorer
 from jaxeval.models import load_model
+from jaxeval.platform.mesh import make_mesh
 from tests.helpers.tiny_models import tiny_checkpoint
 from tests.lm.conftest import MAX_LENGTH, our_instances
 

@@ -9,8 +9,8 @@ from jaxeval.errors import JaxevalError
 from jaxeval.lm.jax_lm import JaxLM, auto_token_budget
 from jaxeval.lm.model_config import IGNORED_HF_ARGS, JaxLMConfig
 from jaxeval.lm.model_config import parse_batch_size as _parse_batch_size
-from jaxeval.mesh import make_mesh
 from jaxeval.models import load_model
+from jaxeval.platform.mesh import make_mesh
 from tests.helpers.tiny_models import tiny_checkpoint
 from tests.lm.conftest import hf_oracle, our_instances
 

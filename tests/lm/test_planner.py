@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from jaxeval.errors import JaxevalError
-from jaxeval.lm.buckets import Bucket, BucketSet, make_buckets, parse_buckets
 from jaxeval.lm.encoding import TruncatedRequest, truncate_request
-from jaxeval.lm.planner import check_coverage, plan_score_batches
+from jaxeval.lm.score.buckets import Bucket, BucketSet, make_buckets, parse_buckets
+from jaxeval.lm.score.planner import check_coverage, plan_score_batches
 
 
 def req(ctx, cont):

@@ -10,12 +10,12 @@ import types
 import numpy as np
 import pytest
 
-from jaxeval.lm.buckets import Bucket, fitted_buckets, grid_lengths
 from jaxeval.lm.encoding import rolling_windows, truncate_request
 from jaxeval.lm.jax_lm import auto_token_budget
 from jaxeval.lm.model_config import parse_batch_size as _parse_batch_size
-from jaxeval.lm.planner import plan_score_batches
-from jaxeval.lm.shaping import _pieces, _remainder_options, pack_length, shape_batches
+from jaxeval.lm.score.buckets import Bucket, fitted_buckets, grid_lengths
+from jaxeval.lm.score.planner import plan_score_batches
+from jaxeval.lm.score.shaping import _pieces, _remainder_options, pack_length, shape_batches
 
 MAX_LENGTHS = (512, 2048, 8192, 32768, 131072)
 BATCH_SIZE_FORMS = (1, 8, 64, "auto", "auto:4")

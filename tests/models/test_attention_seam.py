@@ -127,7 +127,7 @@ def test_tpu_kernels_sharded_on_eight_devices(data_root, traced):
     device's kernels see its own rows and heads through `jax.shard_map`."""
     import jax
 
-    from jaxeval.mesh import make_mesh
+    from jaxeval.platform.mesh import make_mesh
 
     if len(jax.devices()) < 8:
         pytest.fail("needs XLA_FLAGS=--xla_force_host_platform_device_count=8 (tests/conftest.py)")

@@ -213,7 +213,7 @@ def test_bad_setting_is_a_clear_error(monkeypatch):
 def test_generation_tokens_identical_with_kernel(family):
     from transformers import AutoTokenizer
 
-    from jaxeval.lm.generation import Generator
+    from jaxeval.lm.generate.generator import Generator
     from jaxeval.models import load_model
     from tests.helpers.tiny_models import tiny_checkpoint
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 
 from jaxeval.models.families import FAMILIES, families_markdown
-from jaxeval.models.gguf import GGUF_ARCHITECTURES
+from jaxeval.models.weights.gguf import GGUF_ARCHITECTURES
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 

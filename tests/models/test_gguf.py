@@ -14,7 +14,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from jaxeval.errors import JaxevalError  # noqa: E402
-from jaxeval.models.gguf_file import GGUFFile  # noqa: E402
+from jaxeval.models.weights.gguf_file import GGUFFile  # noqa: E402
 
 QUANT = gguf.GGMLQuantizationType
 TYPES = [
@@ -287,7 +287,7 @@ def test_gpt_oss_mxfp4_gguf_matches_the_dequantized_checkpoint(tmp_path, tiny):
     """An MXFP4 gpt-oss checkpoint (Hub layout) -> GGUF with MXFP4 experts (llama.cpp's repacking)
     -> jaxeval: the logits of the float checkpoint holding transformers' dequantized values."""
     from jaxeval.models import load_model
-    from jaxeval.models.gguf_file import GGUFFile
+    from jaxeval.models.weights.gguf_file import GGUFFile
     from tests.helpers.gguf_writer import write_gguf, write_mxfp4_variant
     from tests.models.common import assert_logits_close
 
@@ -303,7 +303,7 @@ def test_gpt_oss_mxfp4_gguf_matches_the_dequantized_checkpoint(tmp_path, tiny):
 def test_stacked_experts_are_dequantized_once_per_run(tmp_path, tiny, monkeypatch):
     """A layer's X per-expert reads dequantize its stacked tensor once; a smaller budget splits
     the experts into runs, each read once; answers equal the stacked tensor's rows."""
-    from jaxeval.models.gguf import GGUFCheckpoint, load_config
+    from jaxeval.models.weights.gguf import GGUFCheckpoint, load_config
     from tests.helpers.gguf_writer import write_gguf
 
     path = write_gguf(tiny("qwen3_moe"), str(tmp_path / "q.gguf"))

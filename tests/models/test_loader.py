@@ -111,7 +111,7 @@ def test_wrong_shape_in_a_later_layer_is_named(tiny, tmp_path):
 
 
 def test_strip_transpose_and_in_place_conversion():
-    from jaxeval.models import hf_weights
+    from jaxeval.models.weights import hf as hf_weights
 
     rng = np.random.default_rng(0)
     for shape in [(1, 1), (3, 130), (130, 3), (64, 64), (65, 200), (200, 65)]:
@@ -166,7 +166,7 @@ def test_classic_rope_keys_are_read(tiny, tmp_path):
 
 
 def test_write_tiny_llama_is_loadable_by_both(tmp_path, tiny):
-    from jaxeval.tiny import write_tiny_llama
+    from jaxeval.demo.tiny import write_tiny_llama
 
     tok_dir = os.path.join(os.path.dirname(tiny("llama")), "tokenizer-llama")
     path = write_tiny_llama(str(tmp_path / "demo"), tok_dir, seed=1)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from jaxeval.errors import JaxevalError
-from jaxeval.mesh import batch_sharding, make_mesh
 from jaxeval.models import load_model
+from jaxeval.platform.mesh import batch_sharding, make_mesh
 from tests.helpers.tiny_models import make_tiny_checkpoint
 from tests.models.common import assert_logits_close, full_rows, logits_fn, torch_logits
 

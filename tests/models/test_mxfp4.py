@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxeval.models.mxfp4 import (
+from jaxeval.models.weights.mxfp4 import (
     FP4_VALUES,
     MXFP4Reader,
     dequantize_ggml_mxfp4,

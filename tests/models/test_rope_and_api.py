@@ -11,7 +11,7 @@ import pytest
 
 import jaxeval.models as models_pkg
 from jaxeval.errors import JaxevalError
-from jaxeval.mesh import batch_sharding, load_presets, make_mesh
+from jaxeval.platform.mesh import batch_sharding, load_presets, make_mesh
 from tests.models.common import assert_logits_close, full_rows, logits_fn, torch_logits
 
 ROPE_VARIANTS = {

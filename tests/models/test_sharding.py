@@ -6,8 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxeval.mesh import batch_sharding, make_mesh
 from jaxeval.models import load_model
+from jaxeval.platform.mesh import batch_sharding, make_mesh
 from tests.models.common import assert_logits_close, full_rows, logits_fn
 
 

@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxeval.models import attention, tpu_decode
-from jaxeval.topology import libtpu_available
+from jaxeval.plan.topology import libtpu_available
 from tests.helpers.tpu import single_tpu_mesh
 
 

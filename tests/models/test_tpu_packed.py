@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 from jaxeval.errors import JaxevalError
 from jaxeval.models import attention as attn
 from jaxeval.models import tpu_packed as tp
-from jaxeval.topology import libtpu_available
+from jaxeval.plan.topology import libtpu_available
 from tests.helpers.tpu import single_tpu_mesh
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxeval import cache, distributed
+from jaxeval import cache
 from jaxeval.api.instance import Instance
 from jaxeval.errors import JaxevalError
+from jaxeval.platform import distributed
 
 
 class CountingLM:

@@ -67,7 +67,7 @@ def jaxeval_run(out: Path, salt: str, *, task_manager=None) -> Path:
     """Evaluates `TASKS` with jaxeval and the salted fake model; returns the results file."""
     import jaxeval
     from jaxeval.api.task_manager import TaskManager
-    from jaxeval.output import save_results
+    from jaxeval.results.files import save_results
 
     tm = task_manager or TaskManager(data_dir=str(DATA))
     results = jaxeval.simple_evaluate(

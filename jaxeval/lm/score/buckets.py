@@ -55,7 +55,7 @@ class BucketSet:
 
     `fit_rows=True` (the default grid, `fitted_buckets`) lets the planner cut a bucket's last batch
     into power-of-two row counts (multiples of `row_multiple`) instead of padding it to `rows`, and
-    pack rows to a length chosen from the work (`jaxeval.lm.shaping`); explicit bucket lists keep
+    pack rows to a length chosen from the work (`jaxeval.lm.score.shaping`); explicit bucket lists keep
     exactly their shapes.
     """
 
@@ -203,7 +203,7 @@ def fitted_buckets(
     """The default grid: `grid_lengths` x point fractions, rows fitted to the work (`fit_rows`).
 
     The grid is large (about 4 lengths per octave x 3 point counts) but nothing compiles until a
-    plan uses a shape, and plans use few (`jaxeval.lm.shaping` merges rare shapes away while
+    plan uses a shape, and plans use few (`jaxeval.lm.score.shaping` merges rare shapes away while
     padding efficiency stays above its floor).
 
         fitted_buckets(max_length=8192, token_budget=8192)

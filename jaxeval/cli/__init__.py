@@ -27,8 +27,8 @@ import sys
 import time
 from typing import Any
 
+from jaxeval.cli.startup import hide_torch_from_transformers
 from jaxeval.errors import JaxevalError
-from jaxeval.startup import hide_torch_from_transformers
 
 log = logging.getLogger("jaxeval")
 SUBCOMMANDS = ("run", "ls", "tasks", "validate", "demo", "plan", "report")
@@ -236,19 +236,21 @@ def _parse_samples(text: str | None) -> dict[str, list[int]] | None:
 
 def cmd_run(argv: list[str]) -> int:
     # start-up: each subcommand loads only what it runs (`jaxeval --help` needs none of these)
-    from jaxeval import distributed
     from jaxeval.api.task_manager import TaskManager
     from jaxeval.evaluator import simple_evaluate
     from jaxeval.lm.args import parse_model_args
-    from jaxeval.output import make_table, model_name, save_results
+    from jaxeval.platform import distributed
     from jaxeval.preflight import check_output_path
+    from jaxeval.results.files import make_table, model_name, save_results
     from jaxeval.trackers.run_loggers import RunLoggers
 
     args = run_parser().parse_args(argv)
     _apply_config_file(args, argv)
     _reject_unsupported(args)
     _select_device(args.device)
-    if args.compilation_cache is not None:  # read by jaxeval.compile_cache when the model loads
+    if (
+        args.compilation_cache is not None
+    ):  # read by jaxeval.platform.compile_cache when the model loads
         os.environ["JAXEVAL_COMPILATION_CACHE"] = args.compilation_cache
     main_process = True
     if args.distributed or distributed.requested_by_env():
@@ -403,17 +405,18 @@ def cmd_validate(argv: list[str]) -> int:
 
 
 def cmd_demo(argv: list[str]) -> int:
-    from jaxeval.demo import main as demo_main  # start-up: the demo loads only when asked for
+    from jaxeval.demo.run import main as demo_main  # start-up: the demo loads only when asked for
 
     return demo_main(argv)
 
 
 def cmd_plan(argv: list[str]) -> int:
     if any(a == "--topology" or a.startswith("--topology=") for a in argv):
-        from jaxeval.aot_plan import main as topology_main  # start-up: loads only when asked for
+        # start-up: loads only when asked for
+        from jaxeval.plan.compiled import main as topology_main
 
         return topology_main(argv)
-    from jaxeval.memory_plan import main as plan_main  # start-up: loads only when asked for
+    from jaxeval.plan.memory import main as plan_main  # start-up: loads only when asked for
 
     return plan_main(argv)
 
@@ -458,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> int:
     """The `jaxeval` command and `python -m jaxeval`: a process of its own, so transformers is told
-    first that torch is absent (`jaxeval.startup`), then `main` runs."""
+    first that torch is absent (`jaxeval.cli.startup`), then `main` runs."""
     hide_torch_from_transformers()
     return main()
 

@@ -14,7 +14,7 @@ owns that rule (`batch_axes`, `batch_shards`, `rows_axis`, `batch_sharding`, `co
 scoring, generation, the KV cache and the kernels import it. No global mesh is ever set: pass the
 Mesh down explicitly.
 
-With several processes (`jaxeval.distributed`) the mesh spans the devices of all of them. Every
+With several processes (`jaxeval.platform.distributed`) the mesh spans the devices of all of them. Every
 process holds the same host batch; `put_global` makes the global array from it, each process
 materializing only the shards of its own devices; `to_host` reads small outputs back.
 """

@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from jaxeval.errors import JaxevalError
-from jaxeval.models import hf_weights
-from jaxeval.models.gguf_file import GGUFFile
+from jaxeval.models.weights import hf as hf_weights
+from jaxeval.models.weights.gguf_file import GGUFFile
 
 # GGUF `general.architecture` -> the transformers model_type we build from it (our families).
 GGUF_ARCHITECTURES = {

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxeval.models import hf_weights
+from jaxeval.models.weights import hf as hf_weights
 
 FP4_VALUES = np.array(
     [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],

@@ -10,7 +10,7 @@ compiled ahead of time once, when a plan first uses it, by the scorer's `Executa
 background compile thread in first-use order and runs each batch as soon as its executable is ready,
 so later shapes compile while earlier batches run. Shapes a plan never uses are never compiled
 (`warmup()` still compiles the whole grid on request). With JAX's persistent cache on
-(`jaxeval.compile_cache`), a known shape loads from disk instead; `compile_stats` counts both.
+(`jaxeval.platform.compile_cache`), a known shape loads from disk instead; `compile_stats` counts both.
 
 Parameters may be abstract (`jax.ShapeDtypeStruct`s with their `NamedSharding`s, on any mesh): the
 scorer then compiles (`warmup`, `executables.describe`) but cannot run.
@@ -30,12 +30,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxeval import distributed
 from jaxeval.kernels.score import ScoreBatch, fast_vocab_chunk, score
-from jaxeval.lm.buckets import Bucket, BucketSet
 from jaxeval.lm.executables import Executables, Job
-from jaxeval.lm.planner import ScorePlan
-from jaxeval.mesh import (
+from jaxeval.lm.score.buckets import Bucket, BucketSet
+from jaxeval.lm.score.planner import ScorePlan
+from jaxeval.models.contract import DecoderModel
+from jaxeval.platform import distributed
+from jaxeval.platform.mesh import (
     batch_sharding,
     batch_shards,
     place_params,
@@ -43,7 +44,6 @@ from jaxeval.mesh import (
     replicated,
     to_host,
 )
-from jaxeval.models.contract import DecoderModel
 
 
 def score_plan_digest(plan: ScorePlan) -> bytes:

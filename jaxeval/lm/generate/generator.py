@@ -45,17 +45,17 @@ from jaxeval.errors import JaxevalError
 from jaxeval.kernels.generate import STOP_STRING, StopTable
 from jaxeval.lm.encoding import Encoder
 from jaxeval.lm.executables import Executables
-from jaxeval.lm.gen_config import (
+from jaxeval.lm.generate.config import (
     BARE_BATCH_SIZE,
     GenConfig,
     eos_ids_of,
     load_generation_config,
 )
-from jaxeval.lm.gen_engine import run_continuous
-from jaxeval.lm.gen_kwargs import SamplingDefaults, normalize
-from jaxeval.lm.gen_plan import Prompt, request_pairs
-from jaxeval.lm.gen_static import run_static
-from jaxeval.lm.gen_stops import (
+from jaxeval.lm.generate.engine import run_continuous
+from jaxeval.lm.generate.kwargs import SamplingDefaults, normalize
+from jaxeval.lm.generate.plan import Prompt, request_pairs
+from jaxeval.lm.generate.static import run_static
+from jaxeval.lm.generate.stops import (
     BUFFER_BYTES,
     contains_stop,
     cut_at_stops,
@@ -63,8 +63,8 @@ from jaxeval.lm.gen_stops import (
     stop_rows,
     token_bytes,
 )
-from jaxeval.mesh import batch_shards, place_params, put_global, replicated
 from jaxeval.models.spec import ModelSpec
+from jaxeval.platform.mesh import batch_shards, place_params, put_global, replicated
 
 Rows = list[tuple[int, list[int], int]]  # (request position, token ids, end reason)
 _REASONS = ("ended_budget", "ended_stop_token", "ended_stop_string")
@@ -209,7 +209,7 @@ class Generator:
         `on_rows` receives each batch's [(position, token ids, end reason)] as it finishes, and
         `on_batch(rows, generated tokens)` their counts.
 
-        Continuous batching (`jaxeval.lm.gen_engine`) by default; `continuous=False` runs the static
+        Continuous batching (`jaxeval.lm.generate.engine`) by default; `continuous=False` runs the static
         batches of `gen_static` (each decodes until its longest row ends)."""
         reasons = [0, 0, 0]
 

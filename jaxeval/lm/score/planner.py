@@ -11,7 +11,7 @@ Steps (all numpy, deterministic for a given request list and bucket set):
 3. **Batches.** Each row gets the smallest bucket (T, K) that fits what it holds; rows of a bucket
    are grouped B at a time. With a fitted grid (`BucketSet.fit_rows`, the default) rows open at a
    pack length chosen from the work and each bucket's last batch is cut to the rows it has
-   (`jaxeval.lm.shaping`). With explicit buckets, rows from a smaller bucket's last, partial batch
+   (`jaxeval.lm.score.shaping`). With explicit buckets, rows from a smaller bucket's last, partial batch
    move into the padding rows of a bigger bucket's last batch where they fit; what remains is
    padded with explicit padding rows.
 
@@ -37,9 +37,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxeval.kernels.score import ScoreBatch
-from jaxeval.lm import shaping
-from jaxeval.lm.buckets import Bucket, BucketSet
 from jaxeval.lm.encoding import TruncatedRequest
+from jaxeval.lm.score import shaping
+from jaxeval.lm.score.buckets import Bucket, BucketSet
 
 # A context shorter than this is not worth sharing (it would only constrain packing).
 MIN_SHARED_CONTEXT = 2
@@ -270,7 +270,7 @@ def plan_score_batches(
     """Plans every request into fixed-shape batches; asserts each request is answered exactly once.
 
     `min_efficiency` is the padding-efficiency floor a fitted grid trades shapes against
-    (`jaxeval.lm.shaping.shape_batches`); explicit bucket lists ignore it.
+    (`jaxeval.lm.score.shaping.shape_batches`); explicit bucket lists ignore it.
     """
     for i, r in enumerate(requests):
         if r.input_len > buckets.max_length or len(r.continuation) > buckets.max_points(

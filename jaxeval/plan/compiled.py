@@ -4,7 +4,7 @@
 
 From a config.json alone (parameters are `jax.ShapeDtypeStruct`s under the rule table's shardings,
 never allocated), each executable a run uses is compiled by the TPU compiler (libtpu) for the
-slice's devices (`jaxeval.topology`), through the same code a run takes: the `Scorer`'s bucket
+slice's devices (`jaxeval.plan.topology`), through the same code a run takes: the `Scorer`'s bucket
 executables and the continuous generation engine's admission (prefill) and decode chunk. Per
 executable, per chip:
 
@@ -47,21 +47,21 @@ from jax.sharding import Mesh
 from jaxeval.errors import JaxevalError
 from jaxeval.kernels.continuous import AdmitBatch, RowSettings, admit
 from jaxeval.kernels.generate import StopTable
-from jaxeval.lm.buckets import Bucket, BucketSet, fitted_buckets
 from jaxeval.lm.executables import Job
-from jaxeval.lm.gen_engine import ADMIT_TOKENS, ContinuousEngine
-from jaxeval.lm.gen_plan import prefill_bucket
-from jaxeval.lm.gen_stops import BUFFER_BYTES, STOP_BYTES, STOP_STRINGS, STOP_TOKENS
+from jaxeval.lm.generate.engine import ADMIT_TOKENS, ContinuousEngine
+from jaxeval.lm.generate.plan import prefill_bucket
+from jaxeval.lm.generate.stops import BUFFER_BYTES, STOP_BYTES, STOP_STRINGS, STOP_TOKENS
 from jaxeval.lm.jax_lm import token_budget_for
-from jaxeval.lm.scorer import Scorer
-from jaxeval.memory_plan import active_param_count, plan_model_args, read_config
-from jaxeval.mesh import MESH_AXES, batch_shards, load_presets, replicated
+from jaxeval.lm.score.buckets import Bucket, BucketSet, fitted_buckets
+from jaxeval.lm.score.scorer import Scorer
 from jaxeval.models.attention import NO_WINDOW
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.loader import with_backends
 from jaxeval.models.sharding import param_shardings
+from jaxeval.plan.memory import active_param_count, plan_model_args, read_config
+from jaxeval.plan.topology import Topology, get_topology, topology_devices
+from jaxeval.platform.mesh import MESH_AXES, batch_shards, load_presets, replicated
 from jaxeval.shapes import pow2_at_most
-from jaxeval.topology import Topology, get_topology, topology_devices
 
 GIB = 1 << 30
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxeval.lm.buckets import Bucket, BucketSet
+from jaxeval.lm.score.buckets import Bucket, BucketSet
 
 PACK_MIN_LENGTH = 256
 PACK_UNITS_PER_ROW = 4

@@ -1,12 +1,12 @@
 """Several JAX processes as ONE logical evaluator: start-up, who writes, and plan agreement.
 
-    jaxeval.distributed.initialize()          # before anything touches JAX devices
+    jaxeval.platform.distributed.initialize()          # before anything touches JAX devices
     lm = JaxLM(pretrained=..., mesh="data")   # one Mesh over the devices of every process
     jaxeval.simple_evaluate(lm, ...)          # results on process 0, None elsewhere
 
 Every process builds the same request plan (same documents, same few-shot draws, same packed
 batches) from the same inputs; each feeds only its addressable shards of every batch
-(`jaxeval.mesh.put_global`); the kernels run SPMD over the global mesh and return small replicated
+(`jaxeval.platform.mesh.put_global`); the kernels run SPMD over the global mesh and return small replicated
 outputs that every process can read. Only process 0 writes files and prints results. Documents are
 never strided over processes as lm-eval strides them over ranks, so few-shot draws never depend on
 the process count.

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from jaxeval.errors import JaxevalError
-from jaxeval.models import mxfp4
+from jaxeval.models.weights import mxfp4
 
 _MAGIC = b"GGUF"
 _SCALARS = {

@@ -45,8 +45,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxeval import distributed
-from jaxeval.distributed import fingerprint
 from jaxeval.kernels.continuous import (
     AdmitBatch,
     EngineState,
@@ -60,8 +58,8 @@ from jaxeval.kernels.continuous import (
 )
 from jaxeval.kernels.generate import StopTable
 from jaxeval.lm.executables import Job
-from jaxeval.lm.gen_config import MIN_PREFIX
-from jaxeval.lm.gen_plan import (
+from jaxeval.lm.generate.config import MIN_PREFIX
+from jaxeval.lm.generate.plan import (
     MIN_BUCKET,
     Prompt,
     prefill_bucket,
@@ -69,8 +67,10 @@ from jaxeval.lm.gen_plan import (
     row_settings,
     set_row,
 )
-from jaxeval.lm.gen_stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
-from jaxeval.mesh import batch_sharding, put_global, to_host
+from jaxeval.lm.generate.stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
+from jaxeval.platform import distributed
+from jaxeval.platform.distributed import fingerprint
+from jaxeval.platform.mesh import batch_sharding, put_global, to_host
 from jaxeval.shapes import pow2_at_least
 
 ADMIT_TOKENS = 2048  # padded suffix tokens one `admit` call prefills at most (or one prompt)

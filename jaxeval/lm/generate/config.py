@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from jaxeval.errors import JaxevalError
-from jaxeval.lm.gen_kwargs import DEFAULT_MAX_GEN_TOKS
+from jaxeval.lm.generate.kwargs import DEFAULT_MAX_GEN_TOKS
 
 DEFAULT_SEED = 1234  # lm-eval's default torch seed
 BARE_BATCH_SIZE = 16  # rows per batch of a Generator given no batch size

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from jaxeval.distributed import fingerprint
 from jaxeval.kernels.generate import GenerateBatch
-from jaxeval.lm.gen_kwargs import GenSettings
-from jaxeval.lm.gen_stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS, StopRows
+from jaxeval.lm.generate.kwargs import GenSettings
+from jaxeval.lm.generate.stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS, StopRows
+from jaxeval.platform.distributed import fingerprint
 from jaxeval.shapes import pow2_at_least
 
 MIN_BUCKET = 16
