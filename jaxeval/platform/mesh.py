@@ -73,8 +73,11 @@ class MeshPreset:
 
 
 def _presets_path() -> pathlib.Path:
-    here = pathlib.Path(__file__).resolve().parent
-    for candidate in (here / "configs" / _PRESETS_FILE, here.parent / "configs" / _PRESETS_FILE):
+    package = pathlib.Path(__file__).resolve().parents[1]  # jaxeval/ (installed: configs inside)
+    for candidate in (
+        package / "configs" / _PRESETS_FILE,
+        package.parent / "configs" / _PRESETS_FILE,
+    ):
         if candidate.is_file():
             return candidate
     raise JaxevalError(f"mesh presets file {_PRESETS_FILE} not found next to the jaxeval package")
