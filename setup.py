@@ -1,13 +1,14 @@
 """Package discovery for jaxeval.
 
-The repository keeps `kernels/` and `tasks/` at the top level (the design card's layout) but installs
-them as `jaxeval.kernels` and `jaxeval.tasks`, so no top-level `kernels` module ever shadows Hugging
-Face's `kernels` package. Everything else lives in pyproject.toml.
+The repository keeps `tasks/` (the YAML library) and `configs/` at the top level but installs them
+as `jaxeval.tasks` and `jaxeval.configs`. The kernels live in the package itself
+(`jaxeval/kernels/`), so no top-level `kernels` folder can shadow Hugging Face's `kernels` package.
+Everything else lives in pyproject.toml.
 """
 
 from setuptools import find_packages, setup
 
-MAPPED = {"jaxeval.kernels": "kernels", "jaxeval.tasks": "tasks", "jaxeval.configs": "configs"}
+MAPPED = {"jaxeval.tasks": "tasks", "jaxeval.configs": "configs"}
 
 
 def _packages() -> tuple[list[str], dict[str, str]]:

@@ -258,7 +258,7 @@ def head_check(loaded, hidden: dict, n: int) -> dict[str, np.ndarray]:
     import jax.numpy as jnp
     import torch
 
-    from kernels.score import fast_vocab_chunk, head_stats, segment_sum_f32
+    from jaxeval.kernels.score import fast_vocab_chunk, head_stats, segment_sum_f32
 
     h64, targets, owner = hidden["h"], hidden["targets"], hidden["owner"]
     w32 = np.asarray(loaded.params["embed"])  # tied head [V, D], float32
@@ -322,7 +322,7 @@ def run_jaxeval(loaded, backend: str, data: pathlib.Path, docs: int) -> dict:
 
     start = time.time()
     lm = JaxLM(pretrained=loaded, dtype="float32", attention=backend)
-    assert lm.loaded.spec.attention.name == backend, lm.loaded.spec.attention
+    assert lm.loaded.runtime.attention.name == backend, lm.loaded.runtime.attention
     res = jaxeval.simple_evaluate(
         model=lm,
         tasks=[{"task": TASK, **OVERRIDES[TASK]}],

@@ -20,10 +20,10 @@ from tests.e2e.real_model import CASES, DEMO_TASK, VARIANTS, golden_path, run_ja
 
 
 def main() -> None:
-    from jaxeval.demo.run import parse_args, run_demo
+    from jaxeval.demo.run import run_demo
 
     start = time.time()
-    demo, _, _ = run_demo(parse_args([]), log_samples=True)
+    demo, _, _ = run_demo(log_samples=True)
     runs = {
         key: (demo["results"][DEMO_TASK[key]], demo["samples"][DEMO_TASK[key]]) for key in CASES
     }

@@ -1,6 +1,6 @@
 """The dimension glossary: every name used in shape annotations and `# [B, T]` shape comments.
 
-One name, one meaning, in every module of `jaxeval/` and `kernels/`; a module says which of these
+One name, one meaning, in every module of `jaxeval/` and `jaxeval/kernels/`; a module says which of these
 its arrays use and how they relate (`B = U * copies`), never what a name means.
 `tests/test_shape_glossary.py` checks every `Int["..."]` / `Float["..."]` / `Bool["..."]` and every
 shape comment against `GLOSSARY` (its docstring gives the exact rule). Products and quotients of

@@ -4,8 +4,7 @@ per rule.
 The import graph counts every `import` of a jaxeval module, inside functions too (an import moved
 into a function to dodge a cycle is still a cycle), except under `if TYPE_CHECKING:`. Importing
 `jaxeval.a.b` also runs `jaxeval/a/__init__.py`, so it adds an edge to `jaxeval.a` as well (unless
-the importer lives inside `jaxeval.a`). `kernels/` and `tasks/` install as `jaxeval.kernels` and
-`jaxeval.tasks`.
+the importer lives inside `jaxeval.a`). `tasks/` installs as `jaxeval.tasks`.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import re
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = {"jaxeval": REPO / "jaxeval", "jaxeval.kernels": REPO / "kernels"}
+PACKAGES = {"jaxeval": REPO / "jaxeval"}
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -184,7 +183,8 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "kernels": (
         ("jaxeval.kernels.*",),
-        ("jaxeval.models.contract", "jaxeval.platform.mesh", "jaxeval.shapes"),
+        ("jaxeval.models.contract", "jaxeval.models.runtime", "jaxeval.platform.mesh")
+        + ("jaxeval.shapes",),
     ),
     "models": (("jaxeval.models.*",), ("foundations",)),
     "task engine": (("jaxeval.api.*",), ("metrics, filters", "foundations")),
@@ -237,14 +237,14 @@ def test_layer_rule_flags_an_upward_import():
             ("api/fake.py", 9, "jaxeval.lm.x"),
         ],
         "jaxeval.kernels.fake": [
-            ("kernels/fake.py", 1, "jaxeval.models.contract"),
-            ("kernels/fake.py", 2, "jaxeval.models.decoder"),
+            ("jaxeval/kernels/fake.py", 1, "jaxeval.models.contract"),
+            ("jaxeval/kernels/fake.py", 2, "jaxeval.models.decoder"),
         ],
         "jaxeval.platform.mesh": [("platform/mesh.py", 5, "jaxeval.errors")],
     }
     assert layer_violations(fake) == [
         "api/fake.py:9: jaxeval.api.fake (task engine) imports jaxeval.lm.x (model adapter)",
-        "kernels/fake.py:2: jaxeval.kernels.fake (kernels) imports jaxeval.models.decoder (models)",
+        "jaxeval/kernels/fake.py:2: jaxeval.kernels.fake (kernels) imports jaxeval.models.decoder (models)",
     ]
 
 
@@ -313,7 +313,7 @@ def test_one_home_per_rule(pattern, home):
 
 
 def test_public_names_are_not_reused_across_modules():
-    """A public function or class name means one thing in jaxeval/ and kernels/ (entry points named
+    """A public function or class name means one thing in jaxeval/ (entry points named
     `main`, and lm-eval's own registry names, excepted)."""
     allowed = {
         "main",

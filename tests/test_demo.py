@@ -13,7 +13,7 @@ from jaxeval.errors import JaxevalError
 @pytest.mark.slow
 def test_offline_demo_falls_back_to_the_labelled_tiny_model(tmp_path, monkeypatch, capsys):
     import jaxeval.demo.fetch
-    from jaxeval.demo.run import run as demo
+    from jaxeval.cli import main
 
     def offline(**_):
         raise JaxevalError(
@@ -22,7 +22,7 @@ def test_offline_demo_falls_back_to_the_labelled_tiny_model(tmp_path, monkeypatc
 
     monkeypatch.setattr(jaxeval.demo.fetch, "fetch_smollm2", offline)
     argv = ["--model_dir", str(tmp_path / "tiny"), "--output_path", str(tmp_path / "out")]
-    assert demo.main([*argv, "--limit", "2"]) == 0
+    assert main(["demo", *argv, "--limit", "2"]) == 0
     text = capsys.readouterr().out
     assert (
         "no SmolLM2 file and it could not be downloaded" in text
@@ -62,6 +62,6 @@ def test_expected_values_cover_every_demo_task():
 
 @pytest.mark.parametrize("argv", [["--tiny"], []])
 def test_demo_arguments_parse(argv):
-    from jaxeval.demo.run import parse_args
+    from jaxeval.cli.demo import DemoCommand
 
-    assert parse_args(argv).tiny == ("--tiny" in argv)
+    assert DemoCommand().parse_args(argv).tiny == ("--tiny" in argv)

@@ -1,5 +1,6 @@
-"""The package layout: kernels/ and tasks/ install as jaxeval.kernels / jaxeval.tasks, never as a
-top-level `kernels` module, in an editable install and in a built wheel, with the YAML files."""
+"""The package layout: tasks/ installs as jaxeval.tasks, the kernels are jaxeval/kernels/ (import
+path = file path), never a top-level `kernels` module, in an editable install and in a built wheel,
+with the YAML files."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _check(env: dict, cwd: str) -> dict:
 
 def test_editable_install_maps_kernels_and_tasks(tmp_path):
     info = _check(dict(os.environ), str(tmp_path))
-    assert info["kernels"] == str(REPO / "kernels" / "__init__.py")
+    assert info["kernels"] == str(REPO / "jaxeval" / "kernels" / "__init__.py")
     assert info["tasks"] == str(REPO / "tasks" / "__init__.py")
     assert info["arc"] and info["mmlu_template"] and info["demo_utils"]
     assert info["top_level_kernels"] == []
@@ -114,5 +115,6 @@ def test_import_kernels_from_the_repository_root_never_gets_ours():
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
     got, ours, has_score = __import__("json").loads(out.strip().splitlines()[-1])
-    assert has_score and Path(ours).resolve() == REPO / "kernels" / "__init__.py"
-    assert got is None or Path(got).resolve().parent != REPO / "kernels"
+    assert has_score and Path(ours).resolve() == REPO / "jaxeval" / "kernels" / "__init__.py"
+    assert got is None or Path(got).resolve().parent != REPO / "jaxeval" / "kernels"
+    assert not (REPO / "kernels").exists()

@@ -15,13 +15,9 @@ import pytest
 
 from jaxeval.errors import JaxevalError
 from jaxeval.models.families import spec_from_config
-from jaxeval.plan.compiled import (
-    attention_flops,
-    first_layers,
-    hlo_facts,
-    layer_period,
-    plan_topology,
-)
+from jaxeval.plan.compiled import plan_topology
+from jaxeval.plan.costs import first_layers, hlo_facts, layer_period
+from jaxeval.plan.jobs import attention_flops
 from jaxeval.plan.memory import read_config
 from jaxeval.plan.topology import TOPOLOGIES, get_topology, topology_devices
 
@@ -112,27 +108,21 @@ def test_layer_costs_extrapolate_exactly_on_a_small_model(tmp_path):
     config.update(num_attention_heads=2, num_key_value_heads=1, intermediate_size=256)
     (tmp_path / "config.json").write_text(json.dumps(config))
     from jaxeval.lm.score.buckets import fitted_buckets
-    from jaxeval.models.loader import with_backends
-    from jaxeval.plan.compiled import (
-        _cost,
-        layer_costs,
-        score_buckets,
-        scoring_jobs,
-        sharded_abstract_params,
-        topology_mesh,
-    )
+    from jaxeval.models.runtime import make_runtime
+    from jaxeval.plan.costs import abstract_params, counted_cost, counting, layer_costs
+    from jaxeval.plan.jobs import score_buckets, scoring_jobs, topology_mesh
 
     topo = get_topology("v5e-8")
     mesh = topology_mesh(topo, "single")
     config = read_config(str(tmp_path))
-    spec = with_backends(spec_from_config(config, compute_dtype="bfloat16"), mesh, "xla")
+    spec = spec_from_config(config, compute_dtype="bfloat16")
+    runtime = make_runtime(mesh, "xla")
     grid = fitted_buckets(max_length=256, token_budget=1024)
     (job,) = scoring_jobs(spec, mesh, grid, score_buckets(grid, [64])[:1])
-    flops, nbytes = layer_costs(job.build, spec, mesh, "bfloat16")
+    flops, nbytes = layer_costs(job.build, spec, runtime, mesh, "bfloat16")
     full = first_layers(spec, 4)
-    exact = _cost(
-        job.build(full, sharded_abstract_params(full, mesh, "bfloat16")).lower().compile()
-    )
+    params = abstract_params(full, mesh, "bfloat16")
+    exact = counted_cost(job.build(full, counting(runtime), params))
     assert flops == pytest.approx(exact[0], rel=1e-3)
     assert nbytes == pytest.approx(exact[1], rel=0.05)
 
@@ -223,25 +213,20 @@ def test_a_decode_step_reads_its_weight_shard_and_cache_once(tmp_path):
     moves once per call) are within 2x of the chip's weight shard plus its cache rows (1.59x),
     where gathering every layer's weights took 7.0x (SmolLM2's shapes cut to 8 layers, whose
     head and sampling weigh more than at 30 layers, where the step is 1.21x: docs/tpu.md)."""
-    from jaxeval.models.loader import with_backends
-    from jaxeval.plan.compiled import (
-        generation_jobs,
-        param_bytes_per_chip,
-        sharded_abstract_params,
-        step_costs,
-        topology_mesh,
-    )
+    from jaxeval.models.runtime import make_runtime
+    from jaxeval.plan.costs import abstract_params, step_costs
+    from jaxeval.plan.jobs import generation_jobs, param_bytes_per_chip, topology_mesh
 
     config = json.loads((SMOLLM2 / "config.json").read_text())
     config.update(num_hidden_layers=8)
     (tmp_path / "config.json").write_text(json.dumps(config))
     mesh = topology_mesh(get_topology("v5e-8"), "fsdp")
     spec = spec_from_config(read_config(str(tmp_path)), compute_dtype="bfloat16")
-    spec = with_backends(spec, mesh, None)
+    runtime = make_runtime(mesh, None)
     rows, slots = 64, 4096
     (_, decode) = generation_jobs(spec, mesh, rows=rows, slots=slots, n_new=128, prompt=3968)
-    flops, step, once = step_costs(decode.steps, spec, mesh, "bfloat16")
-    weights = param_bytes_per_chip(sharded_abstract_params(spec, mesh, "bfloat16"))
+    flops, step, once = step_costs(decode.steps, spec, runtime, mesh, "bfloat16")
+    weights = param_bytes_per_chip(abstract_params(spec, mesh, "bfloat16"))
     cache = rows * slots * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2 * 2 / 8
     assert 0 < step <= 2 * (weights + cache), (step, weights, cache)
     assert flops > 0 and once >= 0

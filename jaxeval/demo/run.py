@@ -8,21 +8,23 @@ lm-eval's table and a comparison with lm-eval 0.4.13's HF backend on the same fi
 
 Offline with no cached copy it says so and falls back to a tiny random Llama built on the spot
 (random weights: chance-level scores, and no reference column).
+
+`run_demo` does the work and returns the text; `jaxeval demo` (`jaxeval.cli.demo`) prints it and
+saves the results with `--output_path`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 from importlib import resources
 
 import jaxeval
-from jaxeval.demo.run import fetch
+from jaxeval.demo import fetch
 from jaxeval.demo.tiny import train_tokenizer, write_tiny_llama
 from jaxeval.errors import JaxevalError
-from jaxeval.results.files import make_table, save_results
+from jaxeval.results.files import make_table
 
 # Score of a model that guesses, per demo task and metric, for the comparison table.
 CHANCE = {
@@ -80,9 +82,14 @@ def comparison_table(results: dict, expected: dict[str, dict[str, float]]) -> st
     return "\n".join(lines)
 
 
-def _model(args: argparse.Namespace) -> tuple[str, str, bool]:
+def default_model_dir() -> str:
+    """Where the tiny random fallback model is built: `demo-llama` in jaxeval's cache."""
+    return os.path.join(fetch.cache_root(), "demo-llama")
+
+
+def _model(model_dir: str | None, tiny: bool) -> tuple[str, str, bool]:
     """(model_args, description, real): the cached/fetched SmolLM2, or the tiny random fallback."""
-    if not args.tiny:
+    if not tiny:
         try:
             path = fetch.fetch_smollm2()  # looked up at call time (tests replace it)
             folder, name = os.path.dirname(path), os.path.basename(path)
@@ -96,7 +103,7 @@ def _model(args: argparse.Namespace) -> tuple[str, str, bool]:
                 f"jaxeval demo: no SmolLM2 file and it could not be downloaded ({err.message}); "
                 "falling back to the tiny random model"
             )
-    model_dir = build_demo_model(args.model_dir)
+    model_dir = build_demo_model(model_dir or default_model_dir())
     return (
         f"pretrained={model_dir},dtype=float32",
         f"tiny Llama at {model_dir} (RANDOM weights: chance-level scores)",
@@ -104,66 +111,39 @@ def _model(args: argparse.Namespace) -> tuple[str, str, bool]:
     )
 
 
-def run_demo(args: argparse.Namespace, *, log_samples: bool = False) -> tuple[dict, str, bool]:
-    """Evaluates the demo tasks: (results, the text to print, whether the real model ran)."""
+def run_demo(
+    *,
+    model_dir: str | None = None,
+    tiny: bool = False,
+    limit: int | None = None,
+    mesh: str | None = None,
+    log_samples: bool = False,
+) -> tuple[dict, str, bool]:
+    """Evaluates the demo tasks (`limit` documents each, default all) on SmolLM2, or with `tiny`
+    (or offline with no cached file) on the random model built in `model_dir` (default:
+    `default_model_dir()`), over the mesh preset `mesh` (default: data-parallel over every
+    device): (results, the text to print, whether the real model ran)."""
     start = time.time()
-    model_args, description, real = _model(args)
-    if args.mesh:
-        model_args += f",mesh={args.mesh}"
+    model_args, description, real = _model(model_dir, tiny)
+    if mesh:
+        model_args += f",mesh={mesh}"
     results = jaxeval.simple_evaluate(
         model="jax",
         model_args=model_args,
         tasks=["jaxeval_demo"],
         bootstrap_iters=1000,
         log_samples=log_samples,
-        limit=args.limit,
+        limit=limit,
     )
     results["config"]["model_args"] = model_args
     lines = [
         f"jaxeval demo: {description}, {time.time() - start:.1f}s end to end",
         make_table(results),
     ]
-    if real and args.limit is None:  # the reference values are for all the bundled rows
+    if real and limit is None:  # the reference values are for all the bundled rows
         lines += [
             "",
             "Beside lm-eval 0.4.13's HF backend on the same GGUF file and the same rows (float32):",
             comparison_table(results, expected_scores()),
         ]
     return results, "\n".join(lines), real
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="jaxeval demo", description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--model_dir",
-        default=os.path.join(fetch.cache_root(), "demo-llama"),
-        help="where the tiny random fallback model is built",
-    )
-    p.add_argument("--tiny", action="store_true", help="skip SmolLM2; run the tiny random model")
-    p.add_argument("--output_path", default=None)
-    p.add_argument(
-        "--limit", type=int, default=None, help="documents per task (default: all bundled rows)"
-    )
-    p.add_argument(
-        "--mesh",
-        default=None,
-        help="a mesh preset from configs/meshes.yaml (default: data-parallel over every device)",
-    )
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    start = time.time()
-    results, text, _ = run_demo(args, log_samples=bool(args.output_path))
-    print(text)
-    if args.output_path:
-        saved = save_results(
-            results,
-            args.output_path,
-            model_args=results["config"]["model_args"],
-            model_source="jax",
-            start_time=start,
-        )
-        print(f"Results written to {saved}")
-    return 0

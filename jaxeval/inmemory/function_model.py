@@ -178,7 +178,14 @@ class FunctionModel:
 
     # ---- the kernels' contract ------------------------------------------------------------
     def hidden(
-        self, params: Any, tokens: Rows, positions: Rows, segment: Rows, parent: Rows
+        self,
+        params: Any,
+        tokens: Rows,
+        positions: Rows,
+        segment: Rows,
+        parent: Rows,
+        *,
+        runtime: Any = None,  # the caller's function decides how it runs
     ) -> Hidden:
         if self._hidden is None:
             raise JaxevalError(
@@ -241,6 +248,8 @@ class FunctionModel:
         positions: Int["B T"],
         valid: Bool["B T"],
         index: Int[""],
+        *,
+        runtime: Any = None,  # the caller's function decides how it runs
     ) -> tuple[Float["B T D"], Any]:
         """The user's cached forward, or the recomputation fallback: writes the T new tokens at
         slots [index, index + T) and runs the whole model over all C slots, then returns the new

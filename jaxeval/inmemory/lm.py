@@ -171,6 +171,7 @@ class InMemoryLM(JaxLM):
                 model=model,
                 params=self.scorer.params,
                 mesh=self.mesh,
+                runtime=self.loaded.runtime,
                 buckets=self.buckets,
                 vocab_chunk=kwargs.get("vocab_chunk"),
             )

@@ -6,6 +6,11 @@
     run = exe.get(job)      # the executable: compiled before, waited for, or compiled now
     exe.stats()             # {compile_count, compilations, cache_hits, compile_s, compile_wait_s}
     exe.describe(key)       # memory and cost analysis of a compiled executable
+    Executables("plan", compiler_options={...})   # every compile with these XLA options
+
+This is the only place that calls `jax.jit(...).lower(...)` and `.compile()` on a kernel
+(`tests/test_architecture.py` checks it): the scorer, the generator, the continuous engine and the
+TPU planner (`jaxeval.plan`) all hand it `Job`s.
 
 A `Job` is everything `jax.jit(fn, ...).lower(*args).compile()` needs: `args` are abstract
 (`jax.ShapeDtypeStruct`s carrying their `NamedSharding`s) or concrete arrays (only their shapes,
@@ -63,8 +68,9 @@ class Job:
 class Executables:
     """key -> compiled executable, one compile-ahead thread, one set of counters (module docstring)."""
 
-    def __init__(self, name: str = "jaxeval-compile"):
+    def __init__(self, name: str = "jaxeval-compile", *, compiler_options: dict | None = None):
         self.name = name
+        self.compiler_options = dict(compiler_options) if compiler_options else None
         self._compiled: dict[Hashable, Any] = {}
         self._pending: dict[Hashable, Future] = {}
         self._pool: ThreadPoolExecutor | None = None
@@ -96,7 +102,7 @@ class Executables:
         counter = CompileCounter.get()
         before = counter.snapshot(thread=True)
         start = time.perf_counter()
-        executable = job.lower().compile()
+        executable = job.lower().compile(compiler_options=self.compiler_options)
         seconds = time.perf_counter() - start
         built, hits = counter.since(before, thread=True)
         with self._lock:
@@ -140,17 +146,25 @@ class Executables:
     def describe(self, key: Hashable) -> dict[str, float]:
         """What XLA says of a compiled executable: bytes of arguments, outputs, temporaries and
         code per device (`memory_analysis`), and FLOPs and bytes accessed (`cost_analysis`)."""
-        compiled = self._compiled[key]
-        out: dict[str, float] = {}
-        memory = compiled.memory_analysis()
-        for name in ("argument", "output", "temp", "alias", "generated_code"):
-            value = getattr(memory, f"{name}_size_in_bytes", None)
-            if value is not None:
-                out[f"{name}_bytes"] = float(value)
-        cost = compiled.cost_analysis()
-        if isinstance(cost, list):  # older jax: one dict per program
-            cost = cost[0] if cost else {}
-        for name in ("flops", "bytes accessed", "transcendentals"):
-            if cost and name in cost:
-                out[name.replace(" ", "_")] = float(cost[name])
-        return out
+        return describe_compiled(self._compiled[key])
+
+    def text(self, key: Hashable) -> str:
+        """The compiled executable's optimized HLO module, as text."""
+        return self._compiled[key].as_text()
+
+
+def describe_compiled(compiled: Any) -> dict[str, float]:
+    """`Executables.describe` of one compiled executable (module docstring)."""
+    out: dict[str, float] = {}
+    memory = compiled.memory_analysis()
+    for name in ("argument", "output", "temp", "alias", "generated_code"):
+        value = getattr(memory, f"{name}_size_in_bytes", None)
+        if value is not None:
+            out[f"{name}_bytes"] = float(value)
+    cost = compiled.cost_analysis()
+    if isinstance(cost, list):  # older jax: one dict per program
+        cost = cost[0] if cost else {}
+    for name in ("flops", "bytes accessed", "transcendentals"):
+        if cost and name in cost:
+            out[name.replace(" ", "_")] = float(cost[name])
+    return out

@@ -44,7 +44,7 @@ from jaxeval.lm.score.buckets import BucketSet, parse_buckets
 from jaxeval.lm.score.planner import ScorePlan, plan_score_batches
 from jaxeval.lm.score.scorer import Scorer
 from jaxeval.models import LoadedModel, load_model
-from jaxeval.models.loader import with_backends
+from jaxeval.models.runtime import make_runtime
 from jaxeval.models.spec import ModelSpec
 from jaxeval.platform import compile_cache, distributed
 from jaxeval.platform.mesh import batch_shards, local_device, make_mesh, spans_all_processes
@@ -163,7 +163,7 @@ class JaxLM(LM):
         self.config = config
         self.compilation_cache = compile_cache.enable(config.compilation_cache)
         loaded, self.mesh = self._load(config)
-        self.loaded = self._with_backends(loaded, self.mesh, config.attention, config.experts)
+        self.loaded = self._with_runtime(loaded, self.mesh, config.attention, config.experts)
         self._tokenizer = self._make_tokenizer(config, self.loaded.path)
         self.encoder = Encoder(
             self._tokenizer,
@@ -196,6 +196,7 @@ class JaxLM(LM):
             model=self.loaded.spec,
             params=self.loaded.params,
             mesh=self.mesh,
+            runtime=self.loaded.runtime,
             buckets=self.buckets,
             vocab_chunk=config.vocab_chunk,
         )
@@ -236,18 +237,18 @@ class JaxLM(LM):
         return loaded, mesh
 
     @staticmethod
-    def _with_backends(
+    def _with_runtime(
         loaded: LoadedModel, mesh: Mesh, attention: str | None, experts: str | None
     ) -> LoadedModel:
-        """Our decoder's spec with the attention (and expert) backends for `mesh`
-        (`loader.with_backends`: chosen once here, static in every executable's key); another
-        model keeps its own."""
+        """The model with its runtime for `mesh` (`runtime.make_runtime`: the attention and expert
+        backends, chosen once here, static in every executable's key); another model than our
+        decoders runs on the reference runtime of its mesh."""
         if not isinstance(loaded.spec, ModelSpec):
             return loaded
-        spec = with_backends(loaded.spec, mesh, attention, experts)
-        if spec == loaded.spec:
+        runtime = make_runtime(mesh, attention, experts)
+        if runtime == loaded.runtime:
             return loaded
-        return dataclasses.replace(loaded, spec=spec)
+        return dataclasses.replace(loaded, runtime=runtime)
 
     def _make_tokenizer(self, config: JaxLMConfig, path: str) -> Any:
         tokenizer, revision, add_bos_token = config.tokenizer, config.revision, config.add_bos_token
@@ -346,7 +347,8 @@ class JaxLM(LM):
         return template
 
     def model_info(self) -> dict[str, Any]:
-        spec = self.loaded.spec
+        spec, runtime = self.loaded.spec, self.loaded.runtime
+        ours = isinstance(spec, ModelSpec)  # another model runs its own way
         return {
             "model_type": spec.model_type,
             "model_num_parameters": int(spec.param_count(self.loaded.params)),
@@ -355,8 +357,8 @@ class JaxLM(LM):
             "token_budget": self.token_budget,
             "mesh": dict(self.mesh.shape),
             "compilation_cache": self.compilation_cache,
-            "attention": getattr(getattr(spec, "attention", None), "name", "model's own"),
-            "experts": getattr(getattr(getattr(spec, "moe", None), "experts", None), "name", None),
+            "attention": runtime.attention.name if ours else "model's own",
+            "experts": runtime.experts.name if ours and spec.moe is not None else None,
             "scoring_stats": dict(self.totals),
             "generation_stats": self.generator.executables.stats() if self.generator else {},
         }

@@ -1,5 +1,5 @@
-"""The model contract of the kernels: what `kernels/score.py`, `kernels/generate.py` and
-`kernels/decode_step.py` call on a model, and nothing more.
+"""The model contract of the kernels: what `jaxeval/kernels/score.py`, `jaxeval/kernels/generate.py` and
+`jaxeval/kernels/decode_step.py` call on a model, and nothing more.
 
 `jaxeval.models.ModelSpec` (our decoders) implements it; so does any object handed to the kernels
 in its place (an in-memory model from a training loop, `jaxeval.inmemory`). The object is a static
@@ -9,7 +9,7 @@ are the kernels' first argument (any pytree of arrays).
 
     class MyModel:                      # a frozen dataclass, typically
         model_type = "mine"; vocab_size = 32000
-        def hidden(self, params, tokens, positions, segment, parent): ...   # [B, T, D]
+        def hidden(self, params, tokens, positions, segment, parent, *, runtime): ...  # [B, T, D]
         ...
     isinstance(MyModel(), DecoderModel)  -> True (method names only; the shapes are the contract)
 
@@ -39,7 +39,7 @@ class KVCache(NamedTuple):
     attention over 1,400 slots took 104 ms for SmolLM2's 30 layers and 8 rows (docs/performance.md).
 
     The layout is part of the contract: the kernels that move rows or slots between caches
-    (`kernels/generate.py`, `kernels/continuous.py`) read `ROW_AXES` / `SLOT_AXES`, never a
+    (`jaxeval/kernels/generate.py`, `jaxeval/kernels/continuous.py`) read `ROW_AXES` / `SLOT_AXES`, never a
     literal axis, and every attention backend (`jaxeval.models.attention_backend`) reads it.
     """
 
@@ -65,11 +65,20 @@ class DecoderModel(Protocol):
     vocab_size: int  # the embedding table's rows: every token id must be below it
 
     def hidden(
-        self, params: Any, tokens: Rows, positions: Rows, segment: Rows, parent: Rows
+        self,
+        params: Any,
+        tokens: Rows,
+        positions: Rows,
+        segment: Rows,
+        parent: Rows,
+        *,
+        runtime: Any,
     ) -> Hidden:
         """Packed rows -> final-normed hidden states. Query i sees key j iff segment[j] != 0,
         j <= i and (segment[j] == segment[i] or segment[j] == parent[i]); positions restart per
-        request and continue from the parent in a child segment (`jaxeval.models.attention`)."""
+        request and continue from the parent in a child segment (`jaxeval.models.attention`).
+        `runtime` (`jaxeval.models.runtime.Runtime`, static) is how the kernels run the model:
+        its mesh and backends; a model that runs its own way may ignore it."""
         ...
 
     def head_weight(self, params: Any) -> Float["V D"]:
@@ -90,7 +99,15 @@ class DecoderModel(Protocol):
         ...
 
     def forward_cached(  # tokens, positions: Rows; valid: Bool["B T"]; index: Int[""]
-        self, params: Any, cache: Any, tokens: Rows, positions: Rows, valid: Any, index: Any
+        self,
+        params: Any,
+        cache: Any,
+        tokens: Rows,
+        positions: Rows,
+        valid: Any,
+        index: Any,
+        *,
+        runtime: Any,
     ) -> tuple[Hidden, Any]:
         """Writes T tokens at cache slots [index, index + T) and returns their hidden states;
         query t sees slot j iff valid[j] and j <= index + t. `index` is int32[] (all rows); a model

@@ -11,6 +11,9 @@ Two entry points share the layer body and differ only in where keys/values come 
     forward_cached(params, cache, tokens, positions, valid, index)  keys written to cache[index:index+T]
     forward_new(params, prefix, tokens, positions, valid, start)    keys returned, after a prefix row
 
+each with the keyword `runtime` (`jaxeval.models.runtime.Runtime`: the mesh the rows stay on, the
+attention and expert backends; `REFERENCE` by default).
+
 `hidden` attends densely on short rows and block by block (online softmax, masked blocks skipped)
 on long ones; `forward_cached` updates the cache in place and reads only its written slots.
 """
@@ -24,12 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxeval.models import attention as attn
-from jaxeval.models.attention_backend import XLA
 from jaxeval.models.contract import KVCache
 from jaxeval.models.layers import HIGHEST, mlp, norm
 from jaxeval.models.moe import moe_block
 from jaxeval.models.rope import dynamic_inv_freq, rope_cos_sin
-from jaxeval.platform.mesh import constrain_rows, constrain_rows_on_data
+from jaxeval.models.runtime import REFERENCE, Runtime
+from jaxeval.platform.mesh import constrain_rows, constrain_rows_on_data, fsdp_splits
 from jaxeval.shapes import Bool, Float, Int
 
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
@@ -106,7 +109,7 @@ def _rope(spec, positions, consts, dynamic, dtype):
     return cos, sin
 
 
-def _block(spec, p, x, *, cos, sin, attend_fn, latent=False):
+def _block(spec, runtime: Runtime, p, x, *, cos, sin, attend_fn, latent=False):
     """One decoder layer: pre-norm sequential (optionally sandwich-normed), parallel, or post-norm.
 
     Returns (x, aux) with `aux` from `attend_fn` (see `attention.attention_block`).
@@ -128,7 +131,7 @@ def _block(spec, p, x, *, cos, sin, attend_fn, latent=False):
 
     def feed_forward(h):
         if "moe" in p:  # the experts (a stack of MoE layers), else the dense MLP
-            return moe_block(p["moe"], h, moe=spec.moe)
+            return moe_block(p["moe"], h, moe=spec.moe, backend=runtime.experts)
         return mlp(p["mlp"], h, kind=spec.mlp, activation=spec.activation)
 
     if spec.residual == "parallel":  # GPT-NeoX: x + attn(ln1 x) + mlp(ln2 x)
@@ -152,12 +155,13 @@ def _block(spec, p, x, *, cos, sin, attend_fn, latent=False):
     return residual(x, h), aux[0]
 
 
-def attention_block_size(length: int, block: int | None = None, *, spec: Any = None) -> int:
+def attention_block_size(
+    length: int, block: int | None = None, *, runtime: Runtime = REFERENCE
+) -> int:
     """The query/key block `hidden` uses at row length T = `length` (0 = the dense path): the
-    rule of `spec`'s attention backend (default: the reference's,
+    rule of `runtime`'s attention backend (default: the reference's,
     `attention_backend.XlaAttention.block_size`)."""
-    backend = spec.attention if spec is not None else XLA
-    return backend.block_size(length, block)
+    return runtime.attention.block_size(length, block)
 
 
 def hidden(
@@ -168,11 +172,12 @@ def hidden(
     segment: Int["B T"],
     parent: Int["B T"],
     *,
+    runtime: Runtime = REFERENCE,
     attention_block: int | None = None,
 ) -> Float["B T D"]:
     """Final-normed hidden states of packed rows (mask rule in `attention.py`).
 
-    Long rows attend block by block through the spec's attention backend (`spec.attention.packed`:
+    Long rows attend block by block through the runtime's attention backend (`runtime.attention.packed`:
     XLA's block loops, or a platform's kernel), short ones through the dense [B, H, T, T] scores;
     the backend's `block_size` draws the line. `attention_block` overrides the choice: 0 = always
     dense, Q > 0 = blocks of Q rows whenever T > Q.
@@ -182,14 +187,14 @@ def hidden(
     x = embed(spec, params, tokens, positions)
     windowed = any(spec.sliding_window)
     dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
-    backend = spec.attention
+    backend = runtime.attention
     block = backend.block_size(t, attention_block)
     blocked = block > 0
     base = None if blocked else attn.packed_mask(segment, parent)  # [B, T, T]
 
     def body(x, xs):
         p, consts = xs
-        x = constrain_rows(x, spec.rows_mesh)
+        x = constrain_rows(x, runtime.rows_mesh)
         cos, sin = _rope(spec, positions, consts, dynamic, dtype)
         window = consts["window"] if windowed else None
 
@@ -215,15 +220,15 @@ def hidden(
             )
             return out, None
 
-        x, _ = _block(spec, p, x, cos=cos, sin=sin, attend_fn=attend_fn)
+        x, _ = _block(spec, runtime, p, x, cos=cos, sin=sin, attend_fn=attend_fn)
         return x, None
 
     for stack, consts, _ in _stacks(spec, params, _layer_constants(spec)):
-        x, _ = jax.lax.scan(body, x, (stack, consts), unroll=spec.unroll_layers)
+        x, _ = jax.lax.scan(body, x, (stack, consts), unroll=runtime.unroll_layers)
     return norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
 
 
-def weights_stay(spec, tokens: int) -> bool:
+def weights_stay(spec, runtime: Runtime, tokens: int) -> bool:
     """Whether a call over `tokens` tokens leaves each layer's weights on their fsdp shards.
 
     With the rows of the hidden states split over the fsdp devices (`constrain_rows`), every
@@ -235,8 +240,7 @@ def weights_stay(spec, tokens: int) -> bool:
     2,300 tokens there, 310 at SmolLM2-135M). `_cached_layers` then pins the projections'
     products the same way, or the partitioner gathers the q/k/v weights to split their rows.
     """
-    mesh = spec.rows_mesh
-    if mesh is None or mesh.shape.get("fsdp", 1) == 1:
+    if not fsdp_splits(runtime.rows_mesh):
         return False
     embed = spec.vocab_size * spec.hidden_size * (1 if spec.tie_embeddings else 2)
     layer = (spec.param_count() - embed) / spec.num_layers * jnp.dtype(spec.compute_dtype).itemsize
@@ -248,27 +252,29 @@ def weights_stay(spec, tokens: int) -> bool:
     return tokens * per_token < layer
 
 
-def _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, index, new_valid=None):
+def _cached_layers(
+    spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index, new_valid=None
+):
     """The layer scan of `forward_cached` and `forward_new`: each layer attends over its cache
     slots before `index`, then over this call's own keys (`attention.cache_attend`). Returns the
     hidden states before the final norm and every layer's new keys/values [L, B, T, G, E]."""
     dtype = jnp.dtype(spec.compute_dtype)
     windowed = any(spec.sliding_window)
     dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
-    backend = spec.attention
+    backend = runtime.attention
     new_block = backend.block_size(positions.shape[1])  # a long prefill: blocked, as `hidden`
 
-    stay = weights_stay(spec, x.shape[0] * x.shape[1])
+    stay = weights_stay(spec, runtime, x.shape[0] * x.shape[1])
     pin = constrain_rows_on_data if stay else constrain_rows
 
     def body(x, xs):
         p, consts, layer = xs
-        x = pin(x, spec.rows_mesh)
+        x = pin(x, runtime.rows_mesh)
         cos, sin = _rope(spec, positions, consts, dynamic, dtype)
 
         def attend_fn(q, k, v):
             if stay:  # the projections' products, replicated over fsdp like x: no weight gather
-                q, k, v = (pin(a, spec.rows_mesh) for a in (q, k, v))
+                q, k, v = (pin(a, runtime.rows_mesh) for a in (q, k, v))
             out = attn.cache_attend(
                 q, cache.k, cache.v, layer, slot_valid, slot_pos, positions, index, k, v,
                 window=consts["window"] if windowed else None,
@@ -278,13 +284,13 @@ def _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, inde
             )  # fmt: skip
             return out, (k.astype(cache.k.dtype), v.astype(cache.v.dtype))
 
-        return _block(spec, p, x, cos=cos, sin=sin, attend_fn=attend_fn, latent=True)
+        return _block(spec, runtime, p, x, cos=cos, sin=sin, attend_fn=attend_fn, latent=True)
 
     ks, vs = [], []
     for stack, consts, first in _stacks(spec, params, _layer_constants(spec)):
         n = jax.tree.leaves(stack)[0].shape[0]
         layers = first + jnp.arange(n, dtype=jnp.int32)
-        x, (k, v) = jax.lax.scan(body, x, (stack, consts, layers), unroll=spec.unroll_layers)
+        x, (k, v) = jax.lax.scan(body, x, (stack, consts, layers), unroll=runtime.unroll_layers)
         ks.append(k)  # [L, B, T, G, E] (this stack's L): this call's keys and values
         vs.append(v)
     if len(ks) == 1:
@@ -300,6 +306,8 @@ def forward_new(
     positions: Int["B T"],
     valid: Bool["B T"],
     start: Int[""],
+    *,
+    runtime: Runtime = REFERENCE,
 ) -> tuple[Float["B T D"], Float["L B T G E"], Float["L B T G E"]]:
     """B prompts after a shared prefix: their hidden states and keys/values, nothing written.
 
@@ -312,7 +320,7 @@ def forward_new(
     """
     x = embed(spec, params, tokens, positions)
     x, k, v = _cached_layers(
-        spec, params, x, positions, prefix, prefix.valid, prefix.positions, start,
+        spec, runtime, params, x, positions, prefix, prefix.valid, prefix.positions, start,
         new_valid=valid.astype(bool),
     )  # fmt: skip
     return norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps), k, v
@@ -326,6 +334,8 @@ def forward_cached(
     positions: Int["B T"],
     valid: Bool["B T"],
     index: Int[""] | IntB,
+    *,
+    runtime: Runtime = REFERENCE,
 ) -> tuple[Float["B T D"], KVCache]:
     """Writes T new keys/values at slots [index, index + T) in place and returns their hidden states.
 
@@ -367,10 +377,12 @@ def forward_cached(
         slot_pos = jax.lax.dynamic_update_slice(
             cache.positions, positions.astype(jnp.int32), (zero, index)
         )
-    x, k, v = _cached_layers(spec, params, x, positions, cache, slot_valid, slot_pos, index)
+    x, k, v = _cached_layers(
+        spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index
+    )
     written = None
     if per_row and k.shape[2] == 1:  # a decode step: the backend may write its own way
-        written = spec.attention.write_slots(cache.k, cache.v, k, v, index)
+        written = runtime.attention.write_slots(cache.k, cache.v, k, v, index)
     if written is not None:
         k_all, v_all = written
     elif per_row:  # k_all[:, r, :, :, index[r] + t] <- k[:, r, t]: the indexed axes go first

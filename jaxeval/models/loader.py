@@ -27,10 +27,9 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxeval.errors import JaxevalError
-from jaxeval.models.attention_backend import select_attention
-from jaxeval.models.experts import select_experts
 from jaxeval.models.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
 from jaxeval.models.params import ParamInfo, is_info, param_layout
+from jaxeval.models.runtime import Runtime, make_runtime
 from jaxeval.models.sharding import logical_sharding
 from jaxeval.models.spec import ModelSpec
 from jaxeval.models.weights import gguf
@@ -53,7 +52,9 @@ class LoadedModel:
     """A loaded model: static spec, params on `mesh`, the transformers config, the local path.
 
     `gguf_file` is the GGUF file the weights came from (None for safetensors); `path` is then the
-    file itself, and the tokenizer is read from it too.
+    file itself, and the tokenizer is read from it too. `runtime` is how the model runs on `mesh`
+    (`jaxeval.models.runtime`: the attention and expert backends), a static argument of every
+    kernel beside `spec`.
     """
 
     spec: ModelSpec
@@ -62,24 +63,13 @@ class LoadedModel:
     path: str
     mesh: Mesh
     gguf_file: str | None = None
+    runtime: Runtime | None = None  # None: the reference backends on `mesh`
 
-
-def with_backends(
-    spec: ModelSpec, mesh: Mesh, attention: str | None = None, experts: str | None = None
-) -> ModelSpec:
-    """`spec` with the attention backend (`select_attention`), the mesh its hidden states keep
-    their rows on (`ModelSpec.rows_mesh`) and, for a Mixture of Experts, the expert backend
-    (`experts.select_experts`) for `mesh`; the settings None read the environment."""
-    spec = dataclasses.replace(
-        spec,
-        attention=select_attention(mesh, attention),
-        rows_mesh=mesh if mesh is not None and mesh.devices.size > 1 else None,
-    )
-    if spec.moe is not None:
-        spec = dataclasses.replace(
-            spec, moe=dataclasses.replace(spec.moe, experts=select_experts(mesh, experts))
-        )
-    return spec
+    def __post_init__(self):
+        if self.runtime is None:
+            object.__setattr__(self, "runtime", Runtime(mesh=self.mesh))
+        elif self.runtime.mesh is not self.mesh and self.runtime.mesh != self.mesh:
+            raise ValueError("LoadedModel: the runtime's mesh is not the model's mesh")
 
 
 def _dtype_name(name: str | None, raw_config: dict[str, Any], *, what: str) -> str:
@@ -302,9 +292,9 @@ def load_model(
     `dtype` is the storage dtype of the params (float32, bfloat16, float16 or 'auto' = the
     checkpoint's), `compute_dtype` the activations' dtype (defaults to `dtype`). `gguf_file` names a
     GGUF file inside the `pretrained` directory (lm-eval's HF argument); `pretrained` may also be
-    the path of a `.gguf` file. `attention` chooses the spec's attention backend for `mesh`
+    the path of a `.gguf` file. `attention` chooses the runtime's attention backend for `mesh`
     (`attention_backend.select_attention`: "auto", "cpu", or "xla", the reference, by default;
-    None reads `JAXEVAL_ATTENTION`); `JaxLM` chooses its own for the model it runs.
+    None reads `JAXEVAL_ATTENTION`); `JaxLM` makes its own runtime for the model it runs.
     """
     path, raw, hf_config, reader, gguf_path = _open_checkpoint(
         pretrained, gguf_file, revision, trust_remote_code
@@ -315,7 +305,7 @@ def load_model(
 
     family = FAMILIES[model_type]
     mesh = single_device_mesh() if mesh is None else mesh
-    spec = with_backends(family.build(hf_config, compute), mesh, attention)
+    spec = family.build(hf_config, compute)
 
     layout = param_layout(spec)
     sources = family.weights(spec)
@@ -333,5 +323,11 @@ def load_model(
 
     params = jax.tree.map(load, layout, sources, is_leaf=is_info)
     return LoadedModel(
-        spec=spec, params=params, hf_config=hf_config, path=path, mesh=mesh, gguf_file=gguf_path
+        spec=spec,
+        params=params,
+        hf_config=hf_config,
+        path=path,
+        mesh=mesh,
+        gguf_file=gguf_path,
+        runtime=make_runtime(mesh, attention),
     )

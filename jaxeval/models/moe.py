@@ -11,8 +11,9 @@ expert (`MoESpec.expert_size`), D the model width. The routing of one token, Nx 
     output        0.731 * expert_1(x) + 0.269 * expert_3(x)   (+ the shared experts)
 
 The experts run only on the tokens routed to them: the B*T*K assignments are sorted by expert and
-each expert's group is one grouped matmul. How the grouped matmuls run is the spec's `experts`
-backend (`select_experts`, chosen once per model like `attention_backend.select_attention`):
+each expert's group is one grouped matmul. How the grouped matmuls run is the runtime's `experts`
+backend (`select_experts`, chosen once per model like `attention_backend.select_attention`, held by
+`jaxeval.models.runtime.Runtime`):
 
     ragged   `jax.lax.ragged_dot` over the sorted assignments; XLA:TPU runs it natively
     blocked  each expert's group padded to a multiple of a block of m rows; a loop over the used
@@ -58,14 +59,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxeval.models.experts import (
-    BLOCKED,
-    GPT_OSS,
-    BlockedExperts,
-    DenseExperts,
-    ExpertBackend,
-    RaggedExperts,
-)
+from jaxeval.models.experts import BLOCKED, GPT_OSS, ExpertBackend
 from jaxeval.models.layers import ACTIVATIONS, HIGHEST, dense, mlp
 from jaxeval.models.param_info import ParamInfo
 from jaxeval.shapes import Float, Int
@@ -115,7 +109,6 @@ class MoESpec:
     weight_dtype         the routing weights' dtype: "float32" (mixtral, deepseek_v2, deepseek_v3,
                          glm4_moe) or "hidden", x's (qwen2_moe, qwen3_moe, olmoe, granitemoe,
                          gpt_oss)
-    experts              the expert backend (`select_experts`)
     """
 
     num_experts: int
@@ -138,7 +131,6 @@ class MoESpec:
     shared_gate: bool = False
     router_dtype: str = "hidden"
     weight_dtype: str = "float32"
-    experts: ExpertBackend = BLOCKED
 
     def __post_init__(self):
         problems = []
@@ -176,8 +168,6 @@ class MoESpec:
             problems.append("shared experts use a layers.ACTIVATIONS activation, not 'gpt_oss'")
         if self.shared_gate and not self.shared_size:
             problems.append("shared_gate needs shared experts (shared_size > 0)")
-        if not isinstance(self.experts, (DenseExperts, RaggedExperts, BlockedExperts)):
-            problems.append(f"experts={self.experts!r} is not an expert backend")
         if problems:
             raise ValueError("MoESpec: " + "; ".join(problems))
 
@@ -284,15 +274,18 @@ def route(
     return weights * moe.routed_scaling_factor, experts
 
 
-def moe_block(p: dict[str, Any], x: Float["B T D"], *, moe: MoESpec) -> Float["B T D"]:
+def moe_block(
+    p: dict[str, Any], x: Float["B T D"], *, moe: MoESpec, backend: ExpertBackend = BLOCKED
+) -> Float["B T D"]:
     """The MoE feed-forward layer (module docstring) on `x`, in x's dtype; `p` one layer's
-    parameters (`moe_param_layout` without the L axis)."""
+    parameters (`moe_param_layout` without the L axis); `backend` runs the grouped matmuls
+    (the runtime's `experts`)."""
     b, t, d = x.shape
     h = x.reshape(b * t, d)
     weights, experts = route(router_logits(p, h, moe=moe), p, moe)
     if moe.weight_dtype == "hidden":
         weights = weights.astype(x.dtype)
-    out = moe.experts.combine(p, h, experts, weights, moe=moe).astype(x.dtype).reshape(b, t, d)
+    out = backend.combine(p, h, experts, weights, moe=moe).astype(x.dtype).reshape(b, t, d)
     if moe.shared_size:
         shared = mlp(p["shared"], x, kind="gated", activation=moe.activation)
         if moe.shared_gate:

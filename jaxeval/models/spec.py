@@ -1,14 +1,19 @@
-"""`ModelSpec`: everything static about a model, hashable, with the model's pure functions as methods.
+"""`ModelSpec`: what a model is (what its config.json says), hashable, with its pure functions as
+methods.
 
 A spec is passed to `jax.jit` as a static argument, so it holds only hashable values (ints, strings,
-tuples, frozen dataclasses) and no arrays. Its methods are pure functions of `params` (nothing is
-captured from an object), thin wrappers over `decoder.py`:
+tuples, frozen dataclasses) and no arrays. It is architecture only: how the model runs on its
+devices (the mesh, the attention and expert backends) is a `jaxeval.models.runtime.Runtime`, the
+keyword `runtime` of the methods that run layers. Its methods are pure functions of `params`
+(nothing is captured from an object), thin wrappers over `decoder.py`:
 
-    spec.hidden(params, tokens, positions, segment, parent) -> [B, T, D]    (final norm included;
-        keyword `attention_block`: 0 = dense attention, Q = blocks of Q; default by row length)
+    spec.hidden(params, tokens, positions, segment, parent, *, runtime) -> [B, T, D]  (final norm
+        included; keyword `attention_block`: 0 = dense attention, Q = blocks of Q; default by
+        row length)
     spec.head_weight(params) -> [V, D];  spec.finalize_logits(logits);  spec.head(params, h) -> [..., V]
     spec.init_cache(batch, length, dtype) -> KVCache
-    spec.forward_cached(params, cache, tokens, positions, valid, index) -> ([B, T, D], KVCache)
+    spec.forward_cached(params, cache, tokens, positions, valid, index, *, runtime)
+        -> ([B, T, D], KVCache)
         (the cache is updated in place and only slots [0, index + T) are read: use it per decode step)
 
 Per-layer tuples (`sliding_window`, `attn_scale`, `rope`) have exactly `num_layers` entries;
@@ -25,7 +30,6 @@ import jax
 from jaxeval.models import decoder
 from jaxeval.models import mla as mla_lib
 from jaxeval.models import params as params_lib
-from jaxeval.models.attention_backend import XLA, XlaAttention
 from jaxeval.models.contract import KVCache
 from jaxeval.models.layers import ACTIVATIONS, MLP_KINDS, NORM_KINDS
 from jaxeval.models.mla import MLASpec
@@ -84,18 +88,6 @@ class ModelSpec:
     dense_layers: int = 0
     mla: MLASpec | None = None  # DeepSeek's multi-head latent attention (`jaxeval.models.mla`)
     attn_sinks: bool = False  # gpt-oss: a learned logit per head in every softmax's denominator
-    # how attention runs (`jaxeval.models.attention_backend`): XLA's loops unless the model was
-    # given a platform's backend for its mesh (`JaxLM` does, with `loader.with_backends`)
-    attention: XlaAttention = XLA
-    # The mesh whose batch axes every layer's hidden states keep their rows on (`with_backends`
-    # sets it for a mesh of several devices; None: no constraint). Without it the partitioner may
-    # follow the fsdp-sharded weights and split the activations over the contraction instead:
-    # compiled for a v5e-8, Llama-3-8B's scoring all-reduced each MLP matmul's whole product
-    # (7.5 GB per layer per chip) where gathering the layer's weights moves 0.4 GB.
-    rows_mesh: Any = None
-    # the layer scans unrolled into straight-line code: only for counting a few layers' FLOPs
-    # exactly (`jaxeval.plan.compiled`; XLA's cost analysis counts a loop's body once)
-    unroll_layers: bool = False
 
     def __post_init__(self):
         L = self.num_layers
@@ -150,12 +142,15 @@ class ModelSpec:
     # ---- the model's pure functions -------------------------------------------------------
     # The decoder's functions take the spec first, so they are its methods as they stand
     # (`jaxeval.models.contract.DecoderModel` is the contract they meet):
-    hidden = decoder.hidden  # (params, tokens, positions, segment, parent, *, attention_block)
+    hidden = decoder.hidden  # (params, tokens, positions, segment, parent, *, runtime, ...)
     head_weight = decoder.head_weight  # (params) -> [V, D]
     finalize_logits = decoder.finalize_logits  # soft-capping (Gemma 2), else the identity
     head = decoder.head  # (params, h[..., D]) -> [..., V]
-    forward_cached = decoder.forward_cached  # (params, cache, tokens, positions, valid, index)
-    forward_new = decoder.forward_new  # (params, prefix, tokens, positions, valid, start)
+    forward_cached = decoder.forward_cached  # (params, cache, tokens, positions, valid, index, *,
+    #                                            runtime)
+    forward_new = (
+        decoder.forward_new
+    )  # (params, prefix, tokens, positions, valid, start, *, runtime)
 
     def init_cache(self, batch: int, length: int, dtype: Any = None) -> KVCache:
         return decoder.init_cache(self, batch, length, dtype or self.compute_dtype)

@@ -187,7 +187,7 @@ def plan_memory(
     kv = spec.num_kv_heads // model if spec.num_kv_heads % model == 0 else spec.num_kv_heads
     width = spec.intermediate_size
     width = width // model if width % model == 0 else width
-    keys = attention_block_size(length, spec=spec) or length
+    keys = attention_block_size(length) or length  # the reference runtime's blocks
     ffn = (2 if spec.mlp == "gated" else 1) * width * item  # MLP [T, F] (gate, up)
     if spec.moe is not None:  # per token: its Kx gathered copies and outputs [Kx, D], their
         # gate/up [Kx, 2*Fx] (Fx over `model` when split), the router's float32 scores [Nx] and
@@ -247,28 +247,27 @@ def plan_model_args(text: str) -> dict[str, Any]:
     return model_args
 
 
-def main(argv: list[str]) -> int:
-    """`jaxeval plan --model_args pretrained=DIR[,dtype=D,max_length=N] [--mesh P] [--devices N]`."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="jaxeval plan", description=__doc__.splitlines()[0])
-    p.add_argument("--model_args", required=True, help="pretrained=DIR (config.json only)")
-    p.add_argument("--mesh", default="fsdp", help="a preset of configs/meshes.yaml")
-    p.add_argument("--devices", type=int, default=None, help="devices in the mesh (default: here)")
-    p.add_argument("--token_budget", type=int, default=None, help="tokens per scoring batch")
-    p.add_argument("--gen_batch_size", type=int, default=64, help="generation rows per batch")
-    p.add_argument("--device_memory", type=float, default=None, help="GiB per device, to check fit")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    args = p.parse_args(argv)
-    model_args = plan_model_args(args.model_args)
-    devices = args.devices or len(jax.devices())
+def print_memory_plan(
+    model_args: dict[str, Any],
+    *,
+    preset: str = "fsdp",
+    devices: int | None = None,
+    token_budget: int | None = None,
+    gen_rows: int = 64,
+    device_memory: float | None = None,
+    as_json: bool = False,
+) -> int:
+    """`jaxeval plan` without `--topology`: prints the plan of `model_args` (`plan_model_args`) on
+    `devices` (default: this host's) under the mesh `preset`, as a table (checked against
+    `device_memory` GiB when given) or JSON; the exit status, 0."""
+    devices = devices or len(jax.devices())
     plan = plan_memory(
         read_config(str(model_args["pretrained"])),
-        abstract_mesh(args.mesh, devices),
+        abstract_mesh(preset, devices),
         dtype=str(model_args.get("dtype", "bfloat16")),
         max_length=int(model_args["max_length"]) if "max_length" in model_args else None,
-        token_budget=args.token_budget,
-        gen_rows=args.gen_batch_size,
+        token_budget=token_budget,
+        gen_rows=gen_rows,
     )
-    print(plan_json(plan) if args.json else plan.table(args.device_memory))
+    print(plan_json(plan) if as_json else plan.table(device_memory))
     return 0

@@ -178,6 +178,11 @@ def constrain_rows(x: jax.Array, mesh: Mesh | None, row_dim: int = 0) -> jax.Arr
     return jax.lax.with_sharding_constraint(x, batch_sharding(mesh, x.shape, row_dim))
 
 
+def fsdp_splits(mesh: Mesh | None) -> bool:
+    """Whether `mesh` shards parameters over an `fsdp` axis of more than one device."""
+    return mesh is not None and mesh.shape.get("fsdp", 1) > 1
+
+
 def constrain_rows_on_data(x: jax.Array, mesh: Mesh | None, row_dim: int = 0) -> jax.Array:
     """Inside a jitted kernel: pins dimension `row_dim` of `x` to the `data` axis alone (when the
     rows divide over it), every other dimension and axis replicated: the fsdp shards then keep

@@ -6,7 +6,7 @@ Public surface:
     render_report(runs, ...) -> str, write_report(runs, out, ...) -> Path
     mcnemar_exact(b, c) -> p, paired_t(differences) -> (t, p)
 
-The command: `jaxeval report RESULTS... -o report.html` (jaxeval/report/command.py);
+The command: `jaxeval report RESULTS... -o report.html` (jaxeval/cli/report.py);
 docs/report.md shows a report.
 """
 

@@ -141,11 +141,11 @@ def demo_run(gguf_path) -> tuple[dict, str]:
     CPU run has them by default (the suite's 8 devices leave `auto` off): scoring's packed rows
     (WikiText's 8,192-token windows included), GSM8K's prefill and its decode steps go through
     `cpu_attention.cc`; `chat_run` covers XLA's loops on the same model."""
-    from jaxeval.demo.run import parse_args, run_demo
+    from jaxeval.demo.run import run_demo
     from jaxeval.models import cpu_attention
 
     with _attention_mode("on" if cpu_attention.compiler() else "auto"):
-        results, text, real = run_demo(parse_args(["--mesh", "single"]), log_samples=True)
+        results, text, real = run_demo(mesh="single", log_samples=True)
     assert real
     return results, text
 

@@ -1,4 +1,4 @@
-"""Continuous batching and shared-prefix prefill (`jaxeval.lm.generate.engine`, `kernels/continuous.py`).
+"""Continuous batching and shared-prefix prefill (`jaxeval.lm.generate.engine`, `jaxeval/kernels/continuous.py`).
 
 - a row refilled mid-batch (2 engine rows, 6 requests of different lengths) gives the tokens it
   gives alone, and the static-batch path's;
@@ -128,8 +128,8 @@ def test_tail_rows_and_threshold():
 def test_shared_prefix_kv_equals_recomputation():
     import jax
     import jax.numpy as jnp
-    from jaxeval.kernels.continuous import prefill_prefix
 
+    from jaxeval.kernels.continuous import prefill_prefix
     from jaxeval.lm.encoding import Encoder
     from jaxeval.models.contract import SLOT_AXES
 
@@ -171,8 +171,8 @@ def test_forward_new_equals_forward_cached(family):
     values `forward_cached` writes, for every query row, padding included (gemma2: a window)."""
     import jax
     import jax.numpy as jnp
-    from jaxeval.kernels.continuous import prefill_prefix
 
+    from jaxeval.kernels.continuous import prefill_prefix
     from jaxeval.models import load_model
     from tests.helpers.tiny_models import tiny_checkpoint
 

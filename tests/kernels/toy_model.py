@@ -50,7 +50,7 @@ class ToyModel:
         x = x + jax.nn.gelu(x @ params["w1"]) @ params["w2"]
         return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6)
 
-    def hidden(self, params, tokens, positions, segment, parent):
+    def hidden(self, params, tokens, positions, segment, parent, *, runtime=None):
         t = tokens.shape[1]
         causal = jnp.arange(t)[:, None] >= jnp.arange(t)[None, :]
         seg_k = segment[:, None, :]

@@ -7,6 +7,8 @@ import functools
 import jax
 import numpy as np
 
+from jaxeval.models.runtime import REFERENCE
+
 
 @functools.partial(jax.jit, static_argnums=0)
 def logits_fn(spec, params, tokens, positions, segment, parent):
@@ -41,10 +43,10 @@ def torch_logits(torch_model, tokens: np.ndarray) -> np.ndarray:
         return torch_model(torch.as_tensor(np.asarray(tokens), dtype=torch.long)).logits.numpy()
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def cached_step(spec, params, cache, tokens, positions, valid, index):
+@functools.partial(jax.jit, static_argnums=0, static_argnames="runtime")
+def cached_step(spec, params, cache, tokens, positions, valid, index, *, runtime=REFERENCE):
     """forward_cached + head at the last position: (next-token logits [B, V], cache)."""
-    h, cache = spec.forward_cached(params, cache, tokens, positions, valid, index)
+    h, cache = spec.forward_cached(params, cache, tokens, positions, valid, index, runtime=runtime)
     return spec.head(params, h[:, -1]), cache
 
 

@@ -28,6 +28,7 @@ from jax.sharding import Mesh
 from jaxeval.errors import JaxevalError
 from jaxeval.models import attention, cpu_attention
 from jaxeval.models.attention_backend import CPU, XLA, select_attention
+from jaxeval.models.runtime import Runtime
 
 BACKENDS = {"on": CPU, "off": XLA}
 
@@ -164,8 +165,8 @@ def test_kernel_is_in_the_program_only_with_the_cpu_backend():
     assert cpu_attention.TARGET in program(CPU)  # and back: nothing stale was reused
 
 
-def test_spec_backend_is_in_the_jit_key():
-    """Two specs differing only in their backend compile two programs: scoring's packed rows go
+def test_runtime_backend_is_in_the_jit_key():
+    """Two runtimes differing only in their backend compile two programs: scoring's packed rows go
     through the custom call with `cpu`, through XLA's blocks with `xla`."""
     from transformers import AutoConfig
 
@@ -175,9 +176,11 @@ def test_spec_backend_is_in_the_jit_key():
     spec = spec_from_config(AutoConfig.from_pretrained(tiny_checkpoint("llama")))
     params = spec.abstract_params()
     rows = jax.ShapeDtypeStruct((1, 256), np.int32)
-    hidden = jax.jit(lambda spec, p, t: spec.hidden(p, t, t, t, t), static_argnums=0)
-    on = hidden.lower(dataclasses.replace(spec, attention=CPU), params, rows).as_text()
-    off = hidden.lower(dataclasses.replace(spec, attention=XLA), params, rows).as_text()
+    hidden = jax.jit(
+        lambda rt, p, t: spec.hidden(p, t, t, t, t, runtime=rt), static_argnums=0
+    )
+    on = hidden.lower(Runtime(attention=CPU), params, rows).as_text()
+    off = hidden.lower(Runtime(attention=XLA), params, rows).as_text()
     assert cpu_attention.PACKED_TARGET in on and cpu_attention.PACKED_TARGET not in off
 
 
@@ -229,8 +232,8 @@ def test_generation_tokens_identical_with_kernel(family):
     ]
 
     def tokens(mode):
-        spec = dataclasses.replace(model.spec, attention=BACKENDS[mode])
-        loaded = dataclasses.replace(model, spec=spec)
+        runtime = dataclasses.replace(model.runtime, attention=BACKENDS[mode])
+        loaded = dataclasses.replace(model, runtime=runtime)
         gen = Generator(model=loaded, tokenizer=tok, max_length=128, batch_size=2, refill_rows=1)
         return gen.generate_tokens(requests)
 

@@ -92,9 +92,9 @@ def test_fsdp_decode_keeps_weights_on_their_shards_and_equals_single_device(mode
     single, _ = models("llama")
     mesh = make_mesh("fsdp")
     sharded = load_model(tiny("llama"), mesh=mesh)
-    spec = sharded.spec
+    spec, runtime = sharded.spec, sharded.runtime
     b, p, c = 8, 24, 32
-    assert weights_stay(spec, b) and not weights_stay(spec, b * p)
+    assert weights_stay(spec, runtime, b) and not weights_stay(spec, runtime, b * p)
     rng = np.random.default_rng(3)
     tokens = rng.integers(0, spec.vocab_size, (b, p)).astype(np.int32)
     valid = np.ones((b, p), bool)
@@ -106,7 +106,9 @@ def test_fsdp_decode_keeps_weights_on_their_shards_and_equals_single_device(mode
         single.spec, single.params, ref_cache, tokens, positions, valid, np.int32(0)
     )
     placed = [jax.device_put(x, batch_sharding(mesh, x.shape)) for x in (tokens, positions, valid)]
-    actual, cache = cached_step(spec, sharded.params, cache, *placed, np.int32(0))
+    actual, cache = cached_step(
+        spec, sharded.params, cache, *placed, np.int32(0), runtime=runtime
+    )
     assert_logits_close(actual, expected, "fsdp prefill")
     index = np.full((b,), p, np.int32)
     index[5] = p - 3  # rows at their own slots, as the continuous engine feeds them
@@ -117,7 +119,8 @@ def test_fsdp_decode_keeps_weights_on_their_shards_and_equals_single_device(mode
         args = (nxt, last[:, None], np.ones((b, 1), bool), index)
         expected, ref_cache = cached_step(single.spec, single.params, ref_cache, *args)
         if step == 0:
-            hlo = cached_step.lower(spec, sharded.params, cache, *args).compile().as_text()
+            lowered = cached_step.lower(spec, sharded.params, cache, *args, runtime=runtime)
+            hlo = lowered.compile().as_text()
             weights = (
                 {  # a layer's slice of each stacked weight, and the embedding
                     ",".join(map(str, w.shape[1:]))
@@ -132,6 +135,6 @@ def test_fsdp_decode_keeps_weights_on_their_shards_and_equals_single_device(mode
                 if " all-gather(" in line and any(f"= f32[{w}]" in line for w in weights)
             ]
             assert not gathered, gathered
-        actual, cache = cached_step(spec, sharded.params, cache, *args)
+        actual, cache = cached_step(spec, sharded.params, cache, *args, runtime=runtime)
         assert_logits_close(actual, expected, f"fsdp decode step {step}")
         index = index + 1

@@ -110,12 +110,12 @@ def test_tags_match_lm_eval(manager):
 
 
 def test_cli_lists_tasks_and_tags(capsys, monkeypatch):
-    from jaxeval.cli import cmd_ls
+    from jaxeval.cli import main
 
     monkeypatch.setenv(
         "JAXEVAL_CATALOGUE", "0"
     )  # our library's own tags, without lm-eval's members
-    assert cmd_ls(["tasks"]) == 0
+    assert main(["ls", "tasks"]) == 0
     rows = {}
     for line in capsys.readouterr().out.splitlines()[1:]:
         name, kind, source, *rest = line.split()

@@ -44,6 +44,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from jaxeval.kernels.continuous import (
     AdmitBatch,
@@ -57,7 +58,7 @@ from jaxeval.kernels.continuous import (
     select_rows,
 )
 from jaxeval.kernels.generate import StopTable
-from jaxeval.lm.executables import Job
+from jaxeval.lm.executables import Executables, Job
 from jaxeval.lm.generate.config import MIN_PREFIX
 from jaxeval.lm.generate.plan import (
     MIN_BUCKET,
@@ -68,9 +69,10 @@ from jaxeval.lm.generate.plan import (
     set_row,
 )
 from jaxeval.lm.generate.stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
+from jaxeval.models.runtime import Runtime
 from jaxeval.platform import distributed
 from jaxeval.platform.distributed import fingerprint
-from jaxeval.platform.mesh import batch_sharding, put_global, to_host
+from jaxeval.platform.mesh import batch_sharding, put_global, replicated, to_host
 from jaxeval.shapes import pow2_at_least
 
 ADMIT_TOKENS = 2048  # padded suffix tokens one `admit` call prefills at most (or one prompt)
@@ -141,17 +143,73 @@ def _settings(items: Sequence[_Item], r: int) -> RowSettings:
     return RowSettings(**settings)
 
 
-class ContinuousEngine:
-    """The compiled pieces for one engine shape, on one Generator (its params, mesh, executables)."""
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class EngineTarget:
+    """What continuous batching runs on: the model (`spec`), how it runs (`runtime`, whose mesh
+    the state lives on), its parameters, the stop table and the compile boundary. A `Generator`
+    hands over its own (`Generator.engine_target`); a planner builds one of abstract parameters on
+    another machine's mesh and reads the engine's `jobs` without running anything."""
 
-    def __init__(self, gen: Any, *, rows: int, slots: int, n_new: int, sample: bool):
-        self.gen = gen
+    spec: Any  # a `DecoderModel`
+    runtime: Runtime
+    params: Any
+    stop_table: StopTable
+    executables: Executables
+
+    def __post_init__(self):
+        if self.runtime.mesh is None:
+            raise ValueError("EngineTarget: the runtime has no mesh")
+
+    @property
+    def mesh(self) -> Mesh:
+        return self.runtime.mesh
+
+    @property
+    def replicated(self) -> Any:
+        return replicated(self.runtime.mesh)
+
+
+def abstract_admission(admitted: int, rows: int, width: int, sharding: Any) -> AdmitBatch:
+    """An `AdmitBatch` of `admitted` prompts of `width` tokens into `rows` rows, as
+    `jax.ShapeDtypeStruct`s with `sharding` (what an `admit` call's executable is compiled for)."""
+
+    def arr(shape, dtype):
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+    settings = RowSettings(
+        key_ids=arr((rows, 2), np.int32),
+        max_new=arr((rows,), np.int32),
+        greedy=arr((rows,), np.bool_),
+        temperature=arr((rows,), np.float32),
+        top_k=arr((rows,), np.int32),
+        top_p=arr((rows,), np.float32),
+        stop_ids=arr((rows, STOP_TOKENS), np.int32),
+        stops=arr((rows, STOP_STRINGS, STOP_BYTES), np.int32),
+    )
+    return AdmitBatch(
+        tokens=arr((admitted, width), np.int32),
+        valid=arr((admitted, width), np.bool_),
+        start=arr((), np.int32),
+        dst=arr((rows,), np.int32),
+        src=arr((rows,), np.int32),
+        settings=settings,
+    )
+
+
+class ContinuousEngine:
+    """The compiled pieces for one engine shape (B rows, C slots, N new tokens, sampled or not) on
+    one `EngineTarget`. Each piece is a public `Job` (`init_job`, `prefix_job`, `admit_job`,
+    `decode_job`, `peek_job`, `shrink_job`; `jobs` lists what a run of the engine compiles), so
+    the planner compiles exactly what a run would."""
+
+    def __init__(self, target: EngineTarget, *, rows: int, slots: int, n_new: int, sample: bool):
+        self.target = target
         self.rows, self.slots, self.n_new, self.sample = rows, slots, n_new, sample
-        mesh = gen.mesh
-        self.replicated = gen.replicated
-        buffer = int(gen.stop_table.bytes.shape[1])
+        mesh = target.mesh
+        self.replicated = target.replicated
+        buffer = int(target.stop_table.bytes.shape[1])
         self._make = lambda: init_state(
-            gen.spec,
+            target.spec,
             rows=rows,
             slots=slots,
             n_new=n_new,
@@ -173,16 +231,16 @@ class ContinuousEngine:
             abstract,
             self.state_shardings,
         )
-        self.param_shardings = jax.tree.map(lambda x: x.sharding, gen.params)
+        self.param_shardings = jax.tree.map(lambda x: x.sharding, target.params)
         self.stop_shardings = StopTable(self.replicated, self.replicated)
 
     def _compile(self, job: Job) -> Callable:
         """The executable for `job.key`: compiled before, compiled ahead (waited for), or now."""
-        return self.gen.executables.get(job)
+        return self.target.executables.get(job)
 
-    def _ahead(self, job: Job) -> None:
-        """Queues `job`'s compilation on the generator's background compile thread."""
-        self.gen.executables.ahead([job])
+    def _ahead(self, jobs: Sequence[Job]) -> None:
+        """Queues the jobs' compilation on the target's background compile thread."""
+        self.target.executables.ahead(jobs)
 
     def _abstract(self, tree: Any) -> Any:
         return jax.tree.map(
@@ -190,35 +248,102 @@ class ContinuousEngine:
             tree,
         )
 
-    def new_state(self) -> EngineState:
+    # ---- the executables, as jobs ---------------------------------------------------------
+    def init_job(self) -> Job:
         key = ("init", self.rows, self.slots, self.n_new)
-        return self._compile(Job(key, self._make, (), out_shardings=self.state_shardings))()
+        return Job(key, self._make, (), out_shardings=self.state_shardings)
+
+    def prefix_job(self, width: int) -> Job:
+        """`prefill_prefix` of a shared prefix padded to `width` tokens (a `prefill_bucket`)."""
+        spec, runtime = self.target.spec, self.target.runtime
+        host = (np.zeros(width, np.int32), np.zeros(width, bool))
+        return Job(
+            ("prefix", width),
+            lambda p, t, v: prefill_prefix(p, t, v, model=spec, runtime=runtime),
+            (self.target.params, *self._abstract(host)),
+            in_shardings=(self.param_shardings, self.replicated, self.replicated),
+            out_shardings=self.replicated,
+        )
+
+    def admit_job(self, admitted: int, rows: int, prefix_width: int, width: int) -> Job:
+        """`admit` of `admitted` distinct prompts (suffixes padded to `width` tokens) into `rows`
+        engine rows, after a prefix cache of `prefix_width` slots (0: no prefix)."""
+        key = ("admit", self.rows, self.slots, self.n_new, self.sample)
+        key += (admitted, rows, prefix_width, width)
+        spec, runtime, sample = self.target.spec, self.target.runtime, self.sample
+
+        def kernel(pa, st, s, pf, b, sd):
+            return admit(pa, st, s, pf, b, sd, model=spec, runtime=runtime, sample=sample)
+
+        prefix = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.replicated),
+            jax.eval_shape(lambda: spec.init_cache(1, prefix_width)),
+        )
+        batch = abstract_admission(admitted, rows, width, self.replicated)
+        seed = jax.ShapeDtypeStruct((), np.int32, sharding=self.replicated)
+        return self._state_job(key, kernel, prefix, batch, seed)
+
+    def decode_job(self, steps_per_iteration: int = 1) -> Job:
+        """`decode_chunk`; `steps_per_iteration` > 1 only for counting one step's cost."""
+        key = ("decode", self.rows, self.slots, self.n_new, self.sample, steps_per_iteration)
+        spec, runtime, sample = self.target.spec, self.target.runtime, self.sample
+
+        def kernel(pa, st, s, sd, w):
+            return decode_chunk(
+                pa, st, s, sd, w, model=spec, runtime=runtime, sample=sample,
+                steps_per_iteration=steps_per_iteration,
+            )  # fmt: skip
+
+        scalar = jax.ShapeDtypeStruct((), np.int32, sharding=self.replicated)
+        return self._state_job(key, kernel, scalar, scalar)
+
+    def shrink_job(self, small: ContinuousEngine) -> Job:
+        """The move of this engine's state into `small`'s rows (`select_rows`)."""
+        runtime = self.target.runtime
+        return Job(
+            ("shrink", self.rows, small.rows, self.slots, self.n_new),
+            lambda s, k: select_rows(s, k, runtime=runtime),
+            (self.abstract, *self._abstract((np.zeros(small.rows, np.int32),))),
+            in_shardings=(self.state_shardings, self.replicated),
+            out_shardings=small.state_shardings,
+        )
+
+    def peek_job(self) -> Job:
+        return Job(
+            ("peek", self.rows, self.slots, self.n_new),
+            lambda s: (s.done, s.length, s.reason, s.out, s.steps),
+            (self.abstract,),
+            in_shardings=(self.state_shardings,),
+            out_shardings=self.replicated,
+        )
+
+    def jobs(self, *, admitted: int, width: int, prefix_width: int = 0) -> list[Job]:
+        """What a run of this engine compiles for admissions of `admitted` prompts of `width`
+        tokens (after a prefix of `prefix_width` slots): the state's creation, the admission,
+        the decode chunk and the host read."""
+        rows = pow2_at_least(admitted, 1)
+        admit_job = self.admit_job(admitted, rows, prefix_width, width)
+        return [self.init_job(), admit_job, self.decode_job(), self.peek_job()]
+
+    # ---- running them ----------------------------------------------------------------------
+    def new_state(self) -> EngineState:
+        return self._compile(self.init_job())()
 
     def prefix(self, tokens: Sequence[int]) -> Any:
         """The prefix cache (1 row, prefill_bucket(S) slots; none: 0 slots)."""
-        spec = self.gen.spec
         if not tokens:
-            return jax.device_put(spec.init_cache(1, 0), self.replicated)
+            return jax.device_put(self.target.spec.init_cache(1, 0), self.replicated)
         width = prefill_bucket(len(tokens))
         ids = np.zeros(width, np.int32)
         ids[: len(tokens)] = tokens
         valid = np.arange(width) < len(tokens)
-        host = (ids, valid)
-        fn = self._compile(
-            Job(
-                ("prefix", width),
-                lambda p, t, v: prefill_prefix(p, t, v, model=spec),
-                (self.gen.params, *self._abstract(host)),
-                in_shardings=(self.param_shardings, self.replicated, self.replicated),
-                out_shardings=self.replicated,
-            )
-        )
-        return fn(self.gen.params, *put_global(host, self.replicated))
+        fn = self._compile(self.prefix_job(width))
+        return fn(self.target.params, *put_global((ids, valid), self.replicated))
 
     def _state_job(self, key: tuple, kernel: Callable, *extras: Any) -> Job:
         """kernel(params, stop_table, state, *extras) -> state: the state keeps its row shardings
-        and is donated (the cache stays in place); extras are replicated."""
-        args = (self.gen.params, self.gen.stop_table, self.abstract, *self._abstract(extras))
+        and is donated (the cache stays in place); extras (abstract) are replicated."""
+        args = (self.target.params, self.target.stop_table, self.abstract, *extras)
         return Job(
             key,
             kernel,
@@ -234,74 +359,37 @@ class ContinuousEngine:
         )
 
     def _state_call(self, job: Job, state: EngineState, *extras: Any) -> EngineState:
-        return self._compile(job)(self.gen.params, self.gen.stop_table, state, *extras)
+        return self._compile(job)(self.target.params, self.target.stop_table, state, *extras)
 
     def admit(self, state: EngineState, prefix: Any, batch: AdmitBatch, seed: Any) -> EngineState:
         u, p = batch.tokens.shape
         r = batch.dst.shape[0]
-        width = prefix.valid.shape[1]  # the prefix cache's slots
-        key = ("admit", self.rows, self.slots, self.n_new, self.sample, u, r, width, p)
-        spec, mesh, sample = self.gen.spec, self.gen.mesh, self.sample
-
-        def kernel(pa, st, s, pf, b, sd):
-            return admit(pa, st, s, pf, b, sd, model=spec, sample=sample, mesh=mesh)
-
-        extras = (prefix, put_global(batch, self.replicated), seed)
-        return self._state_call(self._state_job(key, kernel, *extras), state, *extras)
-
-    def _decode_job(self, seed: Any, want: Any, steps_per_iteration: int = 1) -> Job:
-        key = ("decode", self.rows, self.slots, self.n_new, self.sample, steps_per_iteration)
-        spec, mesh, sample = self.gen.spec, self.gen.mesh, self.sample
-
-        def kernel(pa, st, s, sd, w):
-            return decode_chunk(
-                pa, st, s, sd, w, model=spec, sample=sample, mesh=mesh,
-                steps_per_iteration=steps_per_iteration,
-            )  # fmt: skip
-
-        return self._state_job(key, kernel, seed, want)
+        job = self.admit_job(u, r, prefix.valid.shape[1], p)
+        return self._state_call(job, state, prefix, put_global(batch, self.replicated), seed)
 
     def decode(self, state: EngineState, seed: Any, want: int) -> EngineState:
         want = put_global(np.int32(want), self.replicated)
-        return self._state_call(self._decode_job(seed, want), state, seed, want)
-
-    def _shrink_job(self, small: ContinuousEngine) -> Job:
-        mesh = self.gen.mesh
-        return Job(
-            ("shrink", self.rows, small.rows, self.slots, self.n_new),
-            lambda s, k: select_rows(s, k, mesh=mesh),
-            (self.abstract, *self._abstract((np.zeros(small.rows, np.int32),))),
-            in_shardings=(self.state_shardings, self.replicated),
-            out_shardings=small.state_shardings,
-        )
+        return self._state_call(self.decode_job(), state, seed, want)
 
     def shrink(self, state: EngineState, small: ContinuousEngine, keep: np.ndarray) -> EngineState:
         """Rows `keep` of this engine's state as `small`'s state (`kernels.continuous.select_rows`)."""
-        return self._compile(self._shrink_job(small))(state, put_global(keep, self.replicated))
-
-    def _peek_job(self) -> Job:
-        return Job(
-            ("peek", self.rows, self.slots, self.n_new),
-            lambda s: (s.done, s.length, s.reason, s.out, s.steps),
-            (self.abstract,),
-            in_shardings=(self.state_shardings,),
-            out_shardings=self.replicated,
-        )
+        return self._compile(self.shrink_job(small))(state, put_global(keep, self.replicated))
 
     def peek(self, state: EngineState) -> tuple[np.ndarray, ...]:
         """(done, length, reason, out, steps) on the host, replicated first (multi-process safe)."""
-        return to_host(self._compile(self._peek_job())(state))
+        return to_host(self._compile(self.peek_job())(state))
 
     def compile_ahead(self, seed: Any, smaller: Sequence[ContinuousEngine]) -> None:
         """Queues this engine's decode chunk and host read, then each smaller (tail) engine's and
         the move into it, on the background compile thread: they compile while the main thread
         compiles and runs the admissions (two cores, one compile each)."""
         chain = [self, *smaller]
+        jobs = []
         for big, engine in zip([None, *chain], chain):
-            engine._ahead(engine._decode_job(seed, np.int32(0)))
-            engine._ahead(engine._peek_job())
+            jobs += [engine.decode_job(), engine.peek_job()]
             if big is not None:
-                big._ahead(big._shrink_job(engine))
+                jobs.append(big.shrink_job(engine))
+        self._ahead(jobs)
 
 
 def admission_chunks(taken: Sequence[_Item], start: int) -> list[list[_Item]]:
@@ -388,12 +476,13 @@ def run_continuous(
         else [PrefixGroup((), (i,)) for i in range(len(prompts))]
     )
     rows, slots, n_new, sample = engine_shape(prompts, groups, config.batch_size, gen.shards)
-    engine = ContinuousEngine(gen, rows=rows, slots=slots, n_new=n_new, sample=sample)
+    target = gen.engine_target
+    engine = ContinuousEngine(target, rows=rows, slots=slots, n_new=n_new, sample=sample)
     shards = gen.shards
     tails: dict[int, ContinuousEngine] = {}  # the smaller engines the tail may move into
     size = tail_threshold(rows, shards) if tail else 0
     while size:
-        tails[size] = ContinuousEngine(gen, rows=size, slots=slots, n_new=n_new, sample=sample)
+        tails[size] = ContinuousEngine(target, rows=size, slots=slots, n_new=n_new, sample=sample)
         size = tail_threshold(size, shards)
     refill = max(1, rows // 4) if refill_rows is None else max(1, int(refill_rows))
 

@@ -10,7 +10,7 @@ Per request `(context, gen_kwargs)`, exactly as `HFLM.generate_until`:
 2. The context encoded with lm-eval's BOS rules (`encoding.Encoder.tok_encode`) and left-truncated
    to `max_length - max_gen_toks` tokens.
 3. Generation stops at the model's `generation_config` EOS id(s), at a stop string (found on device
-   in the decoded bytes, see `kernels/stop_match.py`) or after `max_gen_toks` tokens.
+   in the decoded bytes, see `jaxeval/kernels/stop_match.py`) or after `max_gen_toks` tokens.
 4. The generated tokens are decoded with `skip_special_tokens=True` and cut at the earliest stop
    string on the host; nothing else is stripped.
 
@@ -51,7 +51,7 @@ from jaxeval.lm.generate.config import (
     eos_ids_of,
     load_generation_config,
 )
-from jaxeval.lm.generate.engine import run_continuous
+from jaxeval.lm.generate.engine import EngineTarget, run_continuous
 from jaxeval.lm.generate.kwargs import SamplingDefaults, normalize
 from jaxeval.lm.generate.plan import Prompt, request_pairs
 from jaxeval.lm.generate.static import run_static
@@ -63,6 +63,7 @@ from jaxeval.lm.generate.stops import (
     stop_rows,
     token_bytes,
 )
+from jaxeval.models.runtime import Runtime
 from jaxeval.models.spec import ModelSpec
 from jaxeval.platform.mesh import batch_shards, place_params, put_global, replicated
 
@@ -109,6 +110,8 @@ class Generator:
         self.config = config
         self.spec = model.spec
         self.mesh: Mesh = model.mesh
+        # how it runs (`jaxeval.models.runtime`); a bare model object: the reference on its mesh
+        self.runtime: Runtime = getattr(model, "runtime", None) or Runtime(mesh=self.mesh)
         self.params = place_params(model.params, self.mesh)
         self.tokenizer = tokenizer
         self.encoder = encoder or Encoder(tokenizer, add_bos_token=add_bos_token)
@@ -142,6 +145,18 @@ class Generator:
     @property
     def compile_count(self) -> int:
         return self.executables.compile_count
+
+    @property
+    def engine_target(self) -> EngineTarget:
+        """What continuous batching runs on: this generator's model, runtime, parameters, stop
+        table and executables."""
+        return EngineTarget(
+            spec=self.spec,
+            runtime=self.runtime,
+            params=self.params,
+            stop_table=self.stop_table,
+            executables=self.executables,
+        )
 
     @property
     def compile_seconds(self) -> float:

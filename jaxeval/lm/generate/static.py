@@ -39,10 +39,10 @@ def static_job(gen: Any, shape: GenShape, example: GenerateBatch) -> Job:
     kernel = functools.partial(
         generate,
         model=gen.spec,
+        runtime=gen.runtime,
         n_new=shape.new,
         copies=shape.copies,
         sample=shape.sample,
-        mesh=gen.mesh,
     )
     shardings = batch_shardings(gen.mesh, example)
     abstract = jax.tree.map(

@@ -1,6 +1,7 @@
 """The one sharding boundary of loglikelihood scoring: compiled `score` executables per bucket.
 
-    scorer = Scorer(model=spec, params=params, mesh=mesh, buckets=buckets)
+    scorer = Scorer(model=spec, params=params, mesh=mesh, runtime=runtime, buckets=buckets)
+    jobs = scorer.jobs(buckets)                     # what it compiles: one `Job` per bucket
     loglik, greedy = scorer.run_plan(plan)          # float32[R], bool[R] in request order
 
 Batches are sharded over the mesh's batch axes (`data`, and `fsdp` when present); parameters keep
@@ -35,6 +36,7 @@ from jaxeval.lm.executables import Executables, Job
 from jaxeval.lm.score.buckets import Bucket, BucketSet
 from jaxeval.lm.score.planner import ScorePlan
 from jaxeval.models.contract import DecoderModel
+from jaxeval.models.runtime import Runtime
 from jaxeval.platform import distributed
 from jaxeval.platform.mesh import (
     batch_sharding,
@@ -65,9 +67,16 @@ class Scorer:
         params: Any,
         mesh: Mesh,
         buckets: BucketSet,
+        runtime: Runtime | None = None,
         vocab_chunk: int | None = None,
     ):
+        """`runtime` is how the model runs on `mesh` (None: the reference backends on it)."""
+        if runtime is None:
+            runtime = Runtime(mesh=mesh)
+        elif runtime.mesh != mesh:
+            raise ValueError("Scorer: the runtime's mesh is not the scorer's mesh")
         self.model = model
+        self.runtime = runtime
         self.mesh = mesh
         self.buckets = buckets
         self.params = place_params(params, mesh)
@@ -102,7 +111,11 @@ class Scorer:
     def kernel(self, bucket: Bucket) -> Callable:
         """`score` with the bucket's static config bound: (params, ScoreBatch) -> ScoreResult."""
         return functools.partial(
-            score, model=self.model, n_slots=bucket.slots, vocab_chunk=self.chunk_for(bucket)
+            score,
+            model=self.model,
+            runtime=self.runtime,
+            n_slots=bucket.slots,
+            vocab_chunk=self.chunk_for(bucket),
         )
 
     def job(self, bucket: Bucket) -> Job:
@@ -117,6 +130,11 @@ class Scorer:
             in_shardings=(params_sharding, batch_shardings),
             out_shardings=self.replicated,
         )
+
+    def jobs(self, buckets: Iterable[Bucket]) -> list[Job]:
+        """The executables scoring `buckets` would compile, one `Job` per bucket (the planner
+        compiles these for another machine's mesh)."""
+        return [self.job(b) for b in buckets]
 
     def lower(self, bucket: Bucket) -> Any:
         """The bucket's executable lowered (StableHLO), not compiled."""

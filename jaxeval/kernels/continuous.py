@@ -4,7 +4,7 @@
     prefix = prefill_prefix(params, tokens, valid, *, model)              # a shared prompt prefix, once
     state = admit(params, stop_table, state, prefix, batch, seed, *, model, sample)  # U prompts -> R rows
     state = decode_chunk(params, stop_table, state, seed, want, *, model, sample)    # until `want` free
-    state = select_rows(state, keep, mesh=mesh)            # the tail: live rows into a smaller engine
+    state = select_rows(state, keep, runtime=runtime)      # the tail: live rows into a smaller engine
 
 Dimension names: `jaxeval.shapes`. Here U prompts are admitted into R rows (R >= U: `repeats`
 copies share one prefill), S is a prefix length, C the cache slots of a row.
@@ -48,12 +48,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
+
 from jaxeval.kernels.decode_step import decode_step
 from jaxeval.kernels.generate import BUDGET, PAD_TOKEN, StopTable, apply_stops
 from jaxeval.kernels.sampling import SamplingParams, next_tokens, row_keys
 from jaxeval.kernels.stop_match import empty_buffer
-
 from jaxeval.models.contract import ROW_AXES, SLOT_AXES, DecoderModel
+from jaxeval.models.runtime import REFERENCE, Runtime
 from jaxeval.platform.mesh import constrain_rows
 from jaxeval.shapes import Bool, Float, Int
 
@@ -182,16 +183,20 @@ def _record(rows: _Rows, tok, settings: RowSettings, stop_table: StopTable) -> _
     return _Rows(out, buffer, rows.done | ended, length, reason)
 
 
-def prefill_prefix(params: Any, tokens: IntT, valid: BoolT, *, model: DecoderModel) -> Any:
+def prefill_prefix(
+    params: Any, tokens: IntT, valid: BoolT, *, model: DecoderModel, runtime: Runtime = REFERENCE
+) -> Any:
     """A shared prompt prefix's cache (1 row, T slots; positions 0..T-1, padding invalid)."""
     t = tokens.shape[0]
     cache = model.init_cache(1, t)
     positions = jnp.arange(t, dtype=jnp.int32)[None]  # [1, T]
-    _, cache = model.forward_cached(params, cache, tokens[None], positions, valid[None], 0)
+    _, cache = model.forward_cached(
+        params, cache, tokens[None], positions, valid[None], 0, runtime=runtime
+    )
     return cache
 
 
-def _forward_new_via_cache(model, params, prefix, tokens, positions, valid, start):
+def _forward_new_via_cache(model, params, prefix, tokens, positions, valid, start, *, runtime):
     """`forward_new` for a model with `forward_cached` only: the prompts run in a cache of U rows
     holding the prefix (copied), and their keys/values are read back out of it."""
     u, p = tokens.shape
@@ -202,7 +207,7 @@ def _forward_new_via_cache(model, params, prefix, tokens, positions, valid, star
         return jnp.concatenate([jnp.broadcast_to(a, shape).astype(b.dtype), b], axis=slot)
 
     small = jax.tree.map(stack, prefix, model.init_cache(u, p), ROW_AXES, SLOT_AXES)
-    h, small = model.forward_cached(params, small, tokens, positions, valid, start)
+    h, small = model.forward_cached(params, small, tokens, positions, valid, start, runtime=runtime)
     k = jax.lax.dynamic_slice_in_dim(small.k, start, p, axis=SLOT_AXES.k)  # [L, U, G, E, P]
     v = jax.lax.dynamic_slice_in_dim(small.v, start, p, axis=SLOT_AXES.v)  # [L, U, G, P, E]
     return h, k.transpose(0, 1, 4, 2, 3), v.transpose(0, 1, 3, 2, 4)
@@ -250,8 +255,8 @@ def admit(
     seed: Int[""],
     *,
     model: DecoderModel,
+    runtime: Runtime = REFERENCE,
     sample: bool,
-    mesh: Mesh | None = None,
 ) -> EngineState:
     """Prefills U prompts after their shared prefix and installs them in R engine rows.
 
@@ -270,7 +275,7 @@ def admit(
     new = getattr(model, "forward_new", None)
     if new is None:  # a model with forward_cached only
         new = functools.partial(_forward_new_via_cache, model)
-    h, k_new, v_new = new(params, prefix, batch.tokens, positions, valid, start)
+    h, k_new, v_new = new(params, prefix, batch.tokens, positions, valid, start, runtime=runtime)
     n_tokens = jnp.sum(valid, axis=1, dtype=jnp.int32)  # [U]
     h_last = h[jnp.arange(u), jnp.maximum(n_tokens - 1, 0)]  # [U, D]
     logits = model.head(params, h_last)[batch.src]  # [R, V]
@@ -307,15 +312,15 @@ def admit(
         reason=set_rows(state.reason, rows.reason),
         steps=state.steps,
     )
-    return _constrain(state, mesh)
+    return _constrain(state, runtime.mesh)
 
 
-def select_rows(state: EngineState, keep: IntR, *, mesh: Mesh | None = None) -> EngineState:
+def select_rows(state: EngineState, keep: IntR, *, runtime: Runtime = REFERENCE) -> EngineState:
     """The rows `keep` of the engine (R old row indices, in their new order) as an R-row state."""
     leaves, tree = jax.tree.flatten(state)
     dims = jax.tree.leaves(row_dims(state), is_leaf=lambda d: d is None)
     out = [x if d is None else jnp.take(x, keep, axis=d) for x, d in zip(leaves, dims)]
-    return _constrain(jax.tree.unflatten(tree, out), mesh)
+    return _constrain(jax.tree.unflatten(tree, out), runtime.mesh)
 
 
 def decode_chunk(
@@ -326,8 +331,8 @@ def decode_chunk(
     want: Int[""],
     *,
     model: DecoderModel,
+    runtime: Runtime = REFERENCE,
     sample: bool,
-    mesh: Mesh | None = None,
     steps_per_iteration: int = 1,
 ) -> EngineState:
     """Decode steps for every live row until all rows are done or at least `want` rows are done.
@@ -336,8 +341,9 @@ def decode_chunk(
     records the next one at its own column; done rows feed at slot 0 of their own (dead) cache, so
     the steps read only up to the largest live index. `steps_per_iteration` steps run between two
     checks of the condition (a row done stays done, so more only overshoots `want`): the TPU plan
-    counts one step's cost as the difference between 2 and 1 (`aot_plan.step_costs`).
+    counts one step's cost as the difference between 2 and 1 (`jaxeval.plan.costs.step_costs`).
     """
+    mesh = runtime.mesh
     state = _constrain(state, mesh)
 
     def cond(st: EngineState) -> jax.Array:
@@ -347,7 +353,9 @@ def decode_chunk(
     def body(st: EngineState) -> EngineState:
         live = ~st.done
         index = jnp.where(live, st.index, 0)  # [B]
-        logits, cache = decode_step(params, st.cache, st.last, index, index, model=model)
+        logits, cache = decode_step(
+            params, st.cache, st.last, index, index, model=model, runtime=runtime
+        )
         tok = _pick(logits, st.settings, seed, st.length, sample)
         rows = _record(
             _Rows(st.out, st.buffer, st.done, st.length, st.reason), tok, st.settings, stop_table

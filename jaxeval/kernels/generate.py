@@ -1,6 +1,6 @@
 """The generation kernel: one prefill of left-padded prompts, then a `lax.while_loop` decode.
 
-    generate(params, stop_table, batch, seed, *, model, n_new, copies) -> GenerateResult
+    generate(params, stop_table, batch, seed, *, model, runtime, n_new, copies) -> GenerateResult
 
 Dimension names: `jaxeval.shapes`. Here B = U * copies rows, N = n_new (a bucket >= every row's
 `max_new`) and C = P + N cache slots.
@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
+
 from jaxeval.kernels.decode_step import decode_step
 from jaxeval.kernels.sampling import SamplingParams, next_tokens, row_keys
 from jaxeval.kernels.stop_match import (
@@ -37,8 +38,8 @@ from jaxeval.kernels.stop_match import (
     stop_found,
     stop_token_hit,
 )
-
 from jaxeval.models.contract import ROW_AXES, DecoderModel
+from jaxeval.models.runtime import REFERENCE, Runtime
 from jaxeval.platform.mesh import constrain_rows
 from jaxeval.shapes import Bool, Float, Int
 
@@ -134,10 +135,10 @@ def generate(
     seed: Int[""],
     *,
     model: DecoderModel,
+    runtime: Runtime = REFERENCE,
     n_new: int,
     copies: int = 1,
     sample: bool = True,
-    mesh: Mesh | None = None,
 ) -> GenerateResult:
     """Prefill + decode loop for one batch (module docstring). Pure; jit with the statics bound.
 
@@ -145,6 +146,7 @@ def generate(
     """
     u, p = batch.tokens.shape
     b = u * copies
+    mesh = runtime.mesh
     sampling = SamplingParams(batch.greedy, batch.temperature, batch.top_k, batch.top_p)
     keys = row_keys(seed, batch.key_ids)  # [B]
 
@@ -157,7 +159,9 @@ def generate(
     valid = batch.valid.astype(bool)
     positions = jnp.maximum(jnp.cumsum(valid, axis=1, dtype=jnp.int32) - 1, 0)  # [U, P]
     cache = _constrain_cache(model.init_cache(u, p + n_new), mesh)
-    h, cache = model.forward_cached(params, cache, batch.tokens, positions, valid, 0)
+    h, cache = model.forward_cached(
+        params, cache, batch.tokens, positions, valid, 0, runtime=runtime
+    )
     logits = model.head(params, h[:, -1])  # [U, V] (left padding: the last column is real)
     prompt_len = jnp.sum(valid, axis=1, dtype=jnp.int32)  # [U]
     if copies > 1:
@@ -201,7 +205,9 @@ def generate(
     def body(state: _State) -> _State:
         i = state.step
         pos = prompt_len + i - 1  # [B] position of the token fed now
-        logits, cache = decode_step(params, state.cache, state.last, pos, p + i - 1, model=model)
+        logits, cache = decode_step(
+            params, state.cache, state.last, pos, p + i - 1, model=model, runtime=runtime
+        )
         state = state._replace(cache=_constrain_cache(cache, mesh))
         return record(state, pick(logits, i))
 

@@ -1,6 +1,6 @@
 """One decode step: the next-token logits of every row, the KV cache updated in place.
 
-    decode_step(params, cache, tokens, positions, index, *, model) -> (logits [B, V], cache)
+    decode_step(params, cache, tokens, positions, index, *, model, runtime) -> (logits [B, V], cache)
 
 A thin kernel over the model's public cached forward, `model.forward_cached`, which writes the new
 keys/values into the stacked cache inside its layer scan (in place on the loop-carried buffer, no
@@ -18,6 +18,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from jaxeval.models.contract import DecoderModel, KVCache
+from jaxeval.models.runtime import REFERENCE, Runtime
 from jaxeval.shapes import Float, Int
 
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
@@ -31,8 +32,11 @@ def decode_step(
     index: Int[""],
     *,
     model: DecoderModel,
+    runtime: Runtime = REFERENCE,
 ) -> tuple[Float["B V"], KVCache]:
     """Feeds one token per row at cache slot `index`; returns its next-token logits and the cache."""
     ones = jnp.ones((tokens.shape[0], 1), bool)
-    h, cache = model.forward_cached(params, cache, tokens[:, None], positions[:, None], ones, index)
+    h, cache = model.forward_cached(
+        params, cache, tokens[:, None], positions[:, None], ones, index, runtime=runtime
+    )
     return model.head(params, h[:, 0]), cache

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxeval.models.contract import DecoderModel
+from jaxeval.models.runtime import REFERENCE, Runtime
 from jaxeval.shapes import Float, Int, pow2_at_most
 
 # Elements of one [B*K, Vc] float32 logits block: 2**22 * 4 bytes = 16 MiB (the memory bound).
@@ -162,18 +163,20 @@ def score(
     batch: ScoreBatch,
     *,
     model: DecoderModel,
+    runtime: Runtime = REFERENCE,
     n_slots: int,
     vocab_chunk: int | None = None,
 ) -> ScoreResult:
     """Per-slot loglikelihood and greedy flag for one batch of packed rows.
 
-    `model` is a hashable model spec (static): `hidden(params, tokens, positions, segment, parent)
-    -> [B, T, D]`, `head_weight(params) -> [V, D]`, `finalize_logits(logits)`.
+    `model` is a hashable model spec (static): `hidden(params, tokens, positions, segment, parent,
+    *, runtime) -> [B, T, D]`, `head_weight(params) -> [V, D]`, `finalize_logits(logits)`;
+    `runtime` (static) how it runs (`jaxeval.models.runtime`).
     """
     n_rows, length = batch.tokens.shape
     n_points = batch.score_pos.shape[1]
     h = model.hidden(
-        params, batch.tokens, batch.positions, batch.segment, batch.parent
+        params, batch.tokens, batch.positions, batch.segment, batch.parent, runtime=runtime
     )  # [B, T, D]
     pos = jnp.clip(batch.score_pos, 0, length - 1)
     hk = jnp.take_along_axis(h, pos[:, :, None], axis=1)  # [B, K, D]
