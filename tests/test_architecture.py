@@ -331,7 +331,8 @@ def test_public_names_are_not_reused_across_modules():
 
 
 def test_model_spec_meets_the_kernels_contract():
-    """`ModelSpec` implements `DecoderModel`, the one type the kernels take for `model`."""
+    """`ModelSpec` implements `DecoderModel`, the one type the kernels take for `model`; every
+    kernel takes the `Runtime` beside it."""
     import importlib
     import inspect
 
@@ -339,6 +340,7 @@ def test_model_spec_meets_the_kernels_contract():
 
     from jaxeval.models import spec_from_config
     from jaxeval.models.contract import DecoderModel
+    from jaxeval.models.runtime import Runtime
 
     config = transformers.LlamaConfig(
         vocab_size=64,
@@ -357,3 +359,165 @@ def test_model_spec_meets_the_kernels_contract():
             "DecoderModel",
             DecoderModel,
         )
+    for name in ("score", "generate", "decode_step"):
+        fn = getattr(importlib.import_module(f"jaxeval.kernels.{name}"), name)
+        assert inspect.signature(fn).parameters["runtime"].annotation in ("Runtime", Runtime)
+
+
+# ---- the compile boundary, private members, mesh axes -----------------------------------------
+
+COMPILE_BOUNDARY = "jaxeval/lm/executables.py"
+
+
+def compile_calls(source: str) -> list[int]:
+    """Lines that lower or compile a jitted function: `.lower(args...)` (a string's `.lower()`
+    takes none, numpy's `np.char.lower` is not one) and `.compile(...)` on anything but the
+    `re` module."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        attr, receiver = node.func.attr, node.func.value
+        if attr == "lower" and (node.args or node.keywords) and ast.unparse(receiver) != "np.char":
+            out.append(node.lineno)
+        if attr == "compile" and not (isinstance(receiver, ast.Name) and receiver.id == "re"):
+            out.append(node.lineno)
+    return out
+
+
+def test_compile_calls_are_found():
+    code = (
+        "import re\nx = re.compile('a')\ny = 'A'.lower()\nf.lower(a).compile()\nnp.char.lower(t)\n"
+    )
+    assert compile_calls(code) == [4, 4]
+
+
+def test_only_the_compile_boundary_lowers_and_compiles():
+    """`jax.jit(...).lower(...).compile()` happens in `Executables` alone: every owner (scorer,
+    generator, continuous engine, planner) hands it `Job`s."""
+    found = {
+        str(path.relative_to(REPO)): lines
+        for path in _modules().values()
+        if (lines := compile_calls(path.read_text()))
+    }
+    assert list(found) == [COMPILE_BOUNDARY], found
+
+
+# namedtuple's own API (underscored so as not to clash with field names), and what other
+# packages leave private that we must call: transformers' availability probe and decoder
+PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_make", "_fields"}
+THIRD_PARTY_PRIVATE = {"import_utils._is_package_available", "TokenizersBackend._decode"}
+
+
+def private_calls(source: str) -> list[str]:
+    """`receiver._method(...)` calls on anything but `self`, `cls` or `super()`."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        attr, receiver = node.func.attr, node.func.value
+        if not attr.startswith("_") or attr.startswith("__") or attr in PUBLIC_UNDERSCORED:
+            continue
+        if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+            continue
+        if isinstance(receiver, ast.Call) and ast.unparse(receiver.func) == "super":
+            continue
+        text = ast.unparse(node.func)
+        if text not in THIRD_PARTY_PRIVATE:
+            out.append(f"{node.lineno}: {text}")
+    return out
+
+
+def test_private_calls_are_found():
+    code = "self._a()\nsuper()._b()\nx._replace(a=1)\nengine._decode_job()\nm.f._g(1)\n"
+    assert private_calls(code) == ["4: engine._decode_job", "5: m.f._g"]
+
+
+def test_no_module_calls_another_objects_private_methods():
+    """Owners publish what others may call (`Scorer.jobs`, `ContinuousEngine.decode_job`, ...);
+    nothing reaches into another object's underscore methods."""
+    found = {
+        str(path.relative_to(REPO)): calls
+        for path in _modules().values()
+        if (calls := private_calls(path.read_text()))
+    }
+    assert not found, found
+
+
+MESH_AXIS_HOMES = ("jaxeval/platform/mesh.py", "jaxeval/models/sharding.py")
+
+
+def mesh_axis_literals(source: str) -> list[int]:
+    """Lines naming a mesh axis by its string: `x.shape["model"]`, `x.shape.get("fsdp", 1)`,
+    `PartitionSpec("data", ...)` / `P(...)`, `axis_name="model"`."""
+    axes = {"data", "fsdp", "model"}
+
+    def named(node):
+        return isinstance(node, ast.Constant) and node.value in axes
+
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+            if node.value.attr == "shape" and named(node.slice):
+                out.append(node.lineno)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            receiver = node.func.value
+            if node.func.attr == "get" and isinstance(receiver, ast.Attribute):
+                if receiver.attr == "shape" and node.args and named(node.args[0]):
+                    out.append(node.lineno)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("P", "PartitionSpec"):
+            if any(named(a) for a in ast.walk(node) if a is not node.func):
+                out.append(node.lineno)
+        if (
+            isinstance(node, ast.keyword)
+            and node.arg in ("axis_name", "axis")
+            and named(node.value)
+        ):
+            out.append(node.value.lineno)
+    return sorted(set(out))
+
+
+def test_mesh_axis_literals_are_found():
+    code = 'a = m.shape["model"]\nb = m.shape.get("fsdp", 1)\nc = P(None, "data")\nd = x["model"]\n'
+    assert mesh_axis_literals(code) == [1, 2, 3]
+
+
+def test_mesh_axes_are_named_only_by_the_sharding_and_mesh_modules():
+    """Which mesh axis splits what is read from the rule table (`models.sharding`) and the batch
+    rule (`platform.mesh`); no other module names an axis."""
+    found = {
+        str(path.relative_to(REPO)): lines
+        for path in _modules().values()
+        if str(path.relative_to(REPO)) not in MESH_AXIS_HOMES
+        and (lines := mesh_axis_literals(path.read_text()))
+    }
+    assert not found, found
+
+
+def test_no_module_is_over_600_lines():
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in _modules().values()
+        if (n := len(path.read_text().splitlines())) > 600
+    }
+    assert not long, long
+
+
+# the top level of jaxeval/: cross-cutting modules only; everything else lives in a package
+TOP_LEVEL = {
+    "__init__",
+    "__main__",
+    "errors",
+    "paths",
+    "registry",
+    "shapes",
+    "evaluator",
+    "preflight",
+    "run_info",
+    "cache",
+}
+
+
+def test_the_top_level_holds_cross_cutting_modules_only():
+    modules = {p.stem for p in (REPO / "jaxeval").glob("*.py")}
+    assert modules <= TOP_LEVEL, sorted(modules - TOP_LEVEL)

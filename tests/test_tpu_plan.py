@@ -109,7 +109,7 @@ def test_layer_costs_extrapolate_exactly_on_a_small_model(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     from jaxeval.lm.score.buckets import fitted_buckets
     from jaxeval.models.runtime import make_runtime
-    from jaxeval.plan.costs import abstract_params, counted_cost, counting, layer_costs
+    from jaxeval.plan.costs import counted_cost, counting, layer_costs, sharded_abstract_params
     from jaxeval.plan.jobs import score_buckets, scoring_jobs, topology_mesh
 
     topo = get_topology("v5e-8")
@@ -121,7 +121,7 @@ def test_layer_costs_extrapolate_exactly_on_a_small_model(tmp_path):
     (job,) = scoring_jobs(spec, mesh, grid, score_buckets(grid, [64])[:1])
     flops, nbytes = layer_costs(job.build, spec, runtime, mesh, "bfloat16")
     full = first_layers(spec, 4)
-    params = abstract_params(full, mesh, "bfloat16")
+    params = sharded_abstract_params(full, mesh, "bfloat16")
     exact = counted_cost(job.build(full, counting(runtime), params))
     assert flops == pytest.approx(exact[0], rel=1e-3)
     assert nbytes == pytest.approx(exact[1], rel=0.05)
@@ -214,7 +214,7 @@ def test_a_decode_step_reads_its_weight_shard_and_cache_once(tmp_path):
     where gathering every layer's weights took 7.0x (SmolLM2's shapes cut to 8 layers, whose
     head and sampling weigh more than at 30 layers, where the step is 1.21x: docs/tpu.md)."""
     from jaxeval.models.runtime import make_runtime
-    from jaxeval.plan.costs import abstract_params, step_costs
+    from jaxeval.plan.costs import sharded_abstract_params, step_costs
     from jaxeval.plan.jobs import generation_jobs, param_bytes_per_chip, topology_mesh
 
     config = json.loads((SMOLLM2 / "config.json").read_text())
@@ -226,7 +226,7 @@ def test_a_decode_step_reads_its_weight_shard_and_cache_once(tmp_path):
     rows, slots = 64, 4096
     (_, decode) = generation_jobs(spec, mesh, rows=rows, slots=slots, n_new=128, prompt=3968)
     flops, step, once = step_costs(decode.steps, spec, runtime, mesh, "bfloat16")
-    weights = param_bytes_per_chip(abstract_params(spec, mesh, "bfloat16"))
+    weights = param_bytes_per_chip(sharded_abstract_params(spec, mesh, "bfloat16"))
     cache = rows * slots * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2 * 2 / 8
     assert 0 < step <= 2 * (weights + cache), (step, weights, cache)
     assert flops > 0 and once >= 0

@@ -65,6 +65,13 @@ def logical_sharding(
     return NamedSharding(mesh, PartitionSpec(*spec))
 
 
+def split_ways(mesh: Any, logical: str, size: int) -> int:
+    """How many pieces the rule table cuts one dimension of `size` along `logical` into on `mesh`
+    (a `Mesh` or an `AbstractMesh`): the mesh axis's size, or 1 when it stays whole."""
+    axis = logical_sharding(mesh, (logical,), (size,)).spec[0]
+    return mesh.shape[axis] if axis is not None else 1
+
+
 def cache_shardings(spec, mesh: Mesh, batch: int, length: int) -> Any:
     """NamedShardings for `spec.init_cache(batch, length)`: rows on the batch axes, kv heads on model.
 

@@ -46,7 +46,7 @@ from jaxeval.lm.jax_lm import token_budget_for
 from jaxeval.lm.score.buckets import fitted_buckets
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.runtime import make_runtime
-from jaxeval.plan.costs import abstract_params, compile_job, layer_costs, step_costs
+from jaxeval.plan.costs import compile_job, layer_costs, sharded_abstract_params, step_costs
 from jaxeval.plan.jobs import (
     generation_jobs,
     param_bytes_per_chip,
@@ -84,7 +84,7 @@ def plan_topology(
     mesh = topology_mesh(topo, preset)
     spec = spec_from_config(config, compute_dtype=dtype)
     runtime = make_runtime(mesh, attention)
-    params = abstract_params(spec, mesh, dtype)
+    params = sharded_abstract_params(spec, mesh, dtype)
     per_chip = param_bytes_per_chip(params)
     max_length = int(max_length or spec.max_position_embeddings)
     shards = batch_shards(mesh)

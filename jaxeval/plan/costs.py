@@ -101,7 +101,7 @@ def hlo_facts(text: str) -> dict[str, Any]:
     }
 
 
-def abstract_params(spec: Any, mesh: Mesh, dtype: str) -> Any:
+def sharded_abstract_params(spec: Any, mesh: Mesh, dtype: str) -> Any:
     """The parameters as `ShapeDtypeStruct`s under the rule table's shardings on `mesh`."""
     return jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
@@ -216,7 +216,9 @@ def layer_costs(
     costs = []
     for k in points:
         cut = first_layers(spec, k)
-        costs.append(counted_cost(build(cut, counting(runtime), abstract_params(cut, mesh, dtype))))
+        costs.append(
+            counted_cost(build(cut, counting(runtime), sharded_abstract_params(cut, mesh, dtype)))
+        )
     if len(costs) == 1:
         return costs[0]
     (fa, ba), (fb, bb) = costs
@@ -236,6 +238,6 @@ def step_costs(
     through on-chip memory), and one step is the difference.
     """
     cut = first_layers(spec, spec.num_layers)
-    params = abstract_params(cut, mesh, dtype)
+    params = sharded_abstract_params(cut, mesh, dtype)
     (f1, b1), (f2, b2) = (counted_cost(steps(n)(cut, counting(runtime), params)) for n in (1, 2))
     return f2 - f1, b2 - b1, max(0.0, b1 - (b2 - b1))

@@ -43,7 +43,7 @@ from jaxeval.kernels.score import fast_vocab_chunk
 from jaxeval.lm.args import parse_model_args
 from jaxeval.models.decoder import attention_block_size
 from jaxeval.models.families import spec_from_config
-from jaxeval.models.sharding import cache_shardings, param_shardings
+from jaxeval.models.sharding import cache_shardings, param_shardings, split_ways
 from jaxeval.platform.mesh import MESH_AXES, batch_shards, load_presets
 
 GIB = 1 << 30
@@ -182,18 +182,17 @@ def plan_memory(
     tokens = jax.ShapeDtypeStruct((rows, length), np.int32)
     x = jax.eval_shape(spec.hidden, abstract, tokens, tokens, tokens, tokens)  # [B, T, D]
     local_rows = -(-rows // shards)
-    model = mesh.shape["model"]
-    heads = spec.num_heads // model if spec.num_heads % model == 0 else spec.num_heads
-    kv = spec.num_kv_heads // model if spec.num_kv_heads % model == 0 else spec.num_kv_heads
-    width = spec.intermediate_size
-    width = width // model if width % model == 0 else width
+    # per device, as the rule table splits them
+    heads = spec.num_heads // split_ways(mesh, "heads", spec.num_heads)
+    kv = spec.num_kv_heads // split_ways(mesh, "kv_heads", spec.num_kv_heads)
+    width = spec.intermediate_size // split_ways(mesh, "mlp", spec.intermediate_size)
     keys = attention_block_size(length) or length  # the reference runtime's blocks
     ffn = (2 if spec.mlp == "gated" else 1) * width * item  # MLP [T, F] (gate, up)
     if spec.moe is not None:  # per token: its Kx gathered copies and outputs [Kx, D], their
         # gate/up [Kx, 2*Fx] (Fx over `model` when split), the router's float32 scores [Nx] and
         # the shared experts' [2*Fs]; the dense first layers' MLP if it is wider
         m = spec.moe
-        expert = m.expert_size // model if m.expert_size % model == 0 else m.expert_size
+        expert = m.expert_size // split_ways(mesh, "expert_mlp", m.expert_size)
         experts = m.top_k * (2 * spec.hidden_size + 2 * expert) * item + m.num_experts * 4
         experts += 2 * m.shared_size * item
         ffn = max(experts, ffn if spec.dense_layers else 0)

@@ -59,7 +59,6 @@ from jaxeval.kernels.continuous import (
 )
 from jaxeval.kernels.generate import StopTable
 from jaxeval.lm.executables import Executables, Job
-from jaxeval.lm.generate.config import MIN_PREFIX
 from jaxeval.lm.generate.plan import (
     MIN_BUCKET,
     Prompt,
@@ -68,6 +67,7 @@ from jaxeval.lm.generate.plan import (
     row_settings,
     set_row,
 )
+from jaxeval.lm.generate.prefixes import PrefixGroup, shared_prefixes
 from jaxeval.lm.generate.stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
 from jaxeval.models.runtime import Runtime
 from jaxeval.platform import distributed
@@ -78,53 +78,8 @@ from jaxeval.shapes import pow2_at_least
 ADMIT_TOKENS = 2048  # padded suffix tokens one `admit` call prefills at most (or one prompt)
 
 
-@dataclasses.dataclass(frozen=True)
-class PrefixGroup:
-    tokens: tuple[int, ...]  # the shared prefix (empty: no sharing)
-    members: tuple[int, ...]  # indices into the prompt list
-
-
 def _dtype(x: Any) -> Any:
     return x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
-
-
-def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def shared_prefixes(prompts: Sequence[Prompt], min_prefix: int = MIN_PREFIX) -> list[PrefixGroup]:
-    """Groups of prompts with a common token prefix of >= `min_prefix` tokens (module docstring).
-
-    A neighbour joins the current group while the group's common prefix stays >= min_prefix and
-    keeps at least half its length (so a weak match does not shrink a long shared block).
-    """
-    order = sorted(range(len(prompts)), key=lambda i: (prompts[i].tokens, i))
-    groups: list[list[int]] = []
-    lcps: list[int] = []
-    for i in order:
-        toks = prompts[i].tokens
-        if groups:
-            head = prompts[groups[-1][0]].tokens
-            shared = min(lcps[-1], _lcp(head, toks))
-            if shared >= min_prefix and shared * 2 >= lcps[-1]:
-                groups[-1].append(i)
-                lcps[-1] = shared
-                continue
-        groups.append([i])
-        lcps.append(len(toks))
-    out = []
-    for members, n in zip(groups, lcps):
-        shortest = min(len(prompts[i].tokens) for i in members)
-        n = min(n, shortest - 1)  # every prompt keeps >= 1 token of its own
-        if len(members) < 2 or n < min_prefix:
-            out.extend(PrefixGroup((), (i,)) for i in members)
-        else:
-            out.append(PrefixGroup(prompts[members[0]].tokens[:n], tuple(sorted(members))))
-    return out
 
 
 @dataclasses.dataclass
