@@ -63,6 +63,7 @@ from jax.sharding import Mesh
 from jaxeval.errors import JaxevalError
 from jaxeval.models import attention as attn
 from jaxeval.models import cpu_attention
+from jaxeval.models.sharding import logical_sharding
 from jaxeval.platform.mesh import rows_axis
 from jaxeval.shapes import Float, Int, pow2_at_most
 
@@ -309,8 +310,8 @@ def sharded_call(mesh, fn, args, scalars, *, heads, out_heads, kv_heads, rows=No
         for leaf in jax.tree.leaves(x)
     ]
     batch = splits[0] if splits and None not in splits else None
-    ways = mesh.shape.get("model", 1)
-    model = "model" if ways > 1 and kv_heads % ways == 0 else None
+    # the kv heads' axis, from the rule table (None when they do not divide it)
+    model = logical_sharding(mesh, ("kv_heads",), (kv_heads,)).spec[0]
 
     def part(ndim, r, h):
         dims = [None] * ndim
