@@ -7,7 +7,8 @@ import pytest
 
 from jaxeval.cli import main
 from jaxeval.errors import JaxevalError
-from jaxeval.plan.memory import abstract_mesh, plan_memory, read_config
+from jaxeval.plan.memory import plan_memory, read_config
+from jaxeval.platform.mesh import make_abstract_mesh as abstract_mesh
 from tests.conftest import REPO
 
 MODELS = REPO / "configs" / "models"

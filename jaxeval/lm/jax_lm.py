@@ -41,70 +41,17 @@ from jaxeval.lm.generate.generator import Generator
 from jaxeval.lm.generate.plan import request_pairs
 from jaxeval.lm.model_config import JaxLMConfig
 from jaxeval.lm.score.buckets import BucketSet, parse_buckets
+from jaxeval.lm.score.budget import auto_token_budget
 from jaxeval.lm.score.planner import ScorePlan, plan_score_batches
 from jaxeval.lm.score.scorer import Scorer
 from jaxeval.models import LoadedModel, load_model
 from jaxeval.models.runtime import make_runtime
 from jaxeval.models.spec import ModelSpec
-from jaxeval.platform import compile_cache, distributed
-from jaxeval.platform.mesh import batch_shards, local_device, make_mesh, spans_all_processes
-from jaxeval.shapes import pow2_at_most
+from jaxeval.platform import compile_cache
+from jaxeval.platform.mesh import batch_shards, make_mesh, spans_all_processes
 
-DEFAULT_CPU_TOKEN_BUDGET = 8192
-_MIN_AUTO_BUDGET = 1024
-_MAX_AUTO_BUDGET = 1 << 20
 _SUMMED_STATS = ("requests", "real_tokens", "computed_tokens", "batches", "compilations")
 _SUMMED_STATS += ("computed_points", "cache_hits", "compile_s", "plan_s", "run_s")
-_ATTENTION_KEYS = 512  # keys per query row held at once (dense rows < 512, blocks of <= 512)
-
-
-def auto_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int) -> int:
-    """A token budget from the model's width and the first device's free memory.
-
-    Per token the layer body keeps roughly 12 D + 3 F activations plus H attention scores per key of
-    a block (512 keys: rows of 512 and more attend block by block; float32 estimate, x2 for
-    temporaries). On accelerators half the free memory (`memory_stats`) goes to activations; on CPU
-    a quarter of the available host memory, and at most 8192 tokens (CPU throughput is flat past a
-    few thousand tokens per call). The result is a power of two, at least 1024, at most
-    max_batch_size * max_length. With several processes the smallest of their budgets is used, so
-    that all of them plan the same batches.
-    """
-    return distributed.agree_min(_local_token_budget(spec, mesh, max_length, max_batch_size))
-
-
-def _local_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int) -> int:
-    device = local_device(mesh) if mesh is not None else jax.local_devices()[0]
-    stats = None
-    try:
-        stats = device.memory_stats()
-    except Exception:  # CPU backends raise or return None
-        stats = None
-    if not stats or "bytes_limit" not in stats:
-        return token_budget_for(spec, None, 1, max_length, max_batch_size)
-    free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
-    return token_budget_for(spec, free, batch_shards(mesh), max_length, max_batch_size)
-
-
-def token_budget_for(
-    spec: Any, free_bytes: int | None, shards: int, max_length: int, max_batch_size: int
-) -> int:
-    """`auto_token_budget`'s rule for one device with `free_bytes` free (None: the CPU, whose rule
-    reads the host's available memory) and `shards` batch shards."""
-    cap = max(max_length, max_batch_size * max_length)
-    d = getattr(spec, "hidden_size", 4096)
-    f = getattr(spec, "intermediate_size", 4 * d)
-    h = getattr(spec, "num_heads", 32)
-    per_token = 2 * 4 * (12 * d + 3 * f + h * min(max_length, _ATTENTION_KEYS))
-    if free_bytes is None:
-        try:
-            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            free = 8 << 30
-        budget = min(DEFAULT_CPU_TOKEN_BUDGET, int(0.25 * free / per_token))
-    else:
-        budget = min(_MAX_AUTO_BUDGET, int(0.5 * free_bytes / per_token) * shards)
-    budget = pow2_at_most(budget)
-    return int(min(cap, max(_MIN_AUTO_BUDGET, budget)))
 
 
 def truncate_all(encoded: Sequence[tuple[Sequence[int], Sequence[int]]], max_length: int) -> list:

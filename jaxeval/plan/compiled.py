@@ -28,7 +28,7 @@ fix; the command exits with 1 then. The decode chunk is a loop of decode steps: 
 per step (`step_costs`), and what it moves once per call, outside the steps, is shown apart.
 
 Scoring shapes: the bucket grid a run builds (`lm.score.buckets.fitted_buckets`) for the token budget the
-run would pick on this chip (`lm.jax_lm.token_budget_for`: half the HBM left after the
+run would pick on this chip (`lm.score.budget.token_budget_for`: half the HBM left after the
 parameters), at the lengths given (`--lengths`, default 2,048 and the model's context), each with
 the fewest score points (loglikelihood) and the most (rolling perplexity). Generation: one engine of
 `--gen_batch_size` rows x `--gen_slots` cache slots, a prompt of `--gen_slots` - `--max_gen_toks`
@@ -42,8 +42,8 @@ import json
 import sys
 from typing import Any
 
-from jaxeval.lm.jax_lm import token_budget_for
 from jaxeval.lm.score.buckets import fitted_buckets
+from jaxeval.lm.score.budget import token_budget_for
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.runtime import make_runtime
 from jaxeval.plan.costs import compile_job, layer_costs, sharded_abstract_params, step_costs

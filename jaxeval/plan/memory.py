@@ -44,7 +44,7 @@ from jaxeval.lm.args import parse_model_args
 from jaxeval.models.decoder import attention_block_size
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.sharding import cache_shardings, param_shardings, split_ways
-from jaxeval.platform.mesh import MESH_AXES, batch_shards, load_presets
+from jaxeval.platform.mesh import batch_shards, make_abstract_mesh
 
 GIB = 1 << 30
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -112,18 +112,6 @@ def active_param_count(spec: Any) -> int:
     layers = spec.num_layers - spec.dense_layers
     routed = layers * m.num_experts * 3 * spec.hidden_size * m.expert_size
     return total - routed + routed * m.top_k // m.num_experts
-
-
-def abstract_mesh(preset: str, devices: int, **sizes: int) -> AbstractMesh:
-    """An `AbstractMesh` of `devices` devices shaped by a preset of configs/meshes.yaml."""
-    presets = load_presets()
-    if preset not in presets:
-        raise JaxevalError(
-            f"unknown mesh preset {preset!r}", field="mesh", hint=f"use one of {', '.join(presets)}"
-        )
-    chosen = dataclasses.replace(presets[preset], **sizes)
-    shape = chosen.resolve(int(devices))
-    return AbstractMesh(tuple(int(s) for s in shape), MESH_AXES)
 
 
 def shard_bytes(shape: tuple[int, ...], spec: PartitionSpec, mesh: Any, itemsize: int) -> int:
@@ -262,7 +250,7 @@ def print_memory_plan(
     devices = devices or len(jax.devices())
     plan = plan_memory(
         read_config(str(model_args["pretrained"])),
-        abstract_mesh(preset, devices),
+        make_abstract_mesh(preset, devices),
         dtype=str(model_args.get("dtype", "bfloat16")),
         max_length=int(model_args["max_length"]) if "max_length" in model_args else None,
         token_budget=token_budget,

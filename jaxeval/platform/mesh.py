@@ -30,7 +30,7 @@ from typing import Any
 import jax
 import numpy as np
 import yaml
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from jaxeval.errors import JaxevalError
 
@@ -109,23 +109,37 @@ def make_mesh(
     presets_path: str | pathlib.Path | None = None,
     **sizes: int,
 ) -> Mesh:
-    """A Mesh with axes (data, fsdp, model) from a preset; keyword sizes override the preset's."""
+    """A Mesh with axes (data, fsdp, model) from a preset; keyword sizes override the preset's
+    (a TPU slice's devices from `jaxeval.plan.topology` make a mesh for a machine this is not)."""
+    chosen = _preset(preset, presets_path, sizes)
+    devices = list(jax.devices() if devices is None else devices)
+    if chosen.sizes() == (1, 1, 1):
+        devices = devices[:1]
+    shape = chosen.resolve(len(devices))
+    return Mesh(np.asarray(devices, dtype=object).reshape(shape), MESH_AXES)
+
+
+def make_abstract_mesh(preset: str, devices: int, **sizes: int) -> AbstractMesh:
+    """`make_mesh`'s shape for `devices` devices as an `AbstractMesh` (no devices: sharding rules
+    and shapes only, as `jaxeval plan` sizes a mesh it does not have)."""
+    shape = _preset(preset, None, sizes).resolve(int(devices))
+    return AbstractMesh(tuple(int(s) for s in shape), MESH_AXES)
+
+
+def _preset(preset: str, presets_path: Any, sizes: dict[str, int]) -> MeshPreset:
     presets = load_presets(presets_path)
     if preset not in presets:
         raise JaxevalError(
-            f"unknown mesh preset {preset!r}", hint=f"use one of {', '.join(presets)}"
+            f"unknown mesh preset {preset!r}",
+            field="mesh",
+            hint=f"use one of {', '.join(presets)}",
         )
     unknown = sorted(set(sizes) - set(MESH_AXES))
     if unknown:
         raise JaxevalError(
             f"unknown mesh axis {unknown[0]!r}; mesh axes are {', '.join(MESH_AXES)}"
         )
-    chosen = dataclasses.replace(presets[preset], **sizes)
-    devices = list(jax.devices() if devices is None else devices)
-    if chosen.sizes() == (1, 1, 1):
-        devices = devices[:1]
-    shape = chosen.resolve(len(devices))
-    return Mesh(np.asarray(devices, dtype=object).reshape(shape), MESH_AXES)
+    return dataclasses.replace(presets[preset], **sizes)
 
 
 def single_device_mesh(device: Any | None = None) -> Mesh:

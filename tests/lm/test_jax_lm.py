@@ -6,9 +6,10 @@ import pytest
 
 import jaxeval.lm as lm_pkg
 from jaxeval.errors import JaxevalError
-from jaxeval.lm.jax_lm import JaxLM, auto_token_budget
+from jaxeval.lm.jax_lm import JaxLM
 from jaxeval.lm.model_config import IGNORED_HF_ARGS, JaxLMConfig
 from jaxeval.lm.model_config import parse_batch_size as _parse_batch_size
+from jaxeval.lm.score.budget import auto_token_budget
 from jaxeval.models import load_model
 from jaxeval.platform.mesh import make_mesh
 from tests.helpers.tiny_models import tiny_checkpoint

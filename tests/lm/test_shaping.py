@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from jaxeval.lm.encoding import rolling_windows, truncate_request
-from jaxeval.lm.jax_lm import auto_token_budget
 from jaxeval.lm.model_config import parse_batch_size as _parse_batch_size
 from jaxeval.lm.score.buckets import Bucket, fitted_buckets, grid_lengths
+from jaxeval.lm.score.budget import auto_token_budget
 from jaxeval.lm.score.planner import plan_score_batches
 from jaxeval.lm.score.shaping import _pieces, _remainder_options, pack_length, shape_batches
 
