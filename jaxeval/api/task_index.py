@@ -9,7 +9,7 @@ Three kinds of folder are indexed, in this order (a later folder wins a name cla
 Within one folder files are read in sorted path order and the first definition of a name wins.
 A tag's members are the union over folders.
 
-Indexing parses ~15k YAML files for lm-eval's folder (about 6 s), so each folder's index is kept
+Indexing parses ~15k YAML files for lm-eval's folder (seconds of start-up), so each folder's index is kept
 in `$JAXEVAL_INDEX_CACHE` (default `~/.cache/jaxeval/task_index/`), one JSON file per folder,
 keyed by every YAML file's relative path, size and modification time:
 

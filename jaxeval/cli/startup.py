@@ -1,12 +1,12 @@
 """Start-up of the `jaxeval` command: keep transformers from importing torch it will not use.
 
 transformers imports torch whenever torch is installed, to build a config or a tokenizer it never
-runs through torch: `AutoTokenizer` pulls in `torch` and `torch.distributed` (measured on the 2-core
-CPU, quiet: the SmolLM2 checkpoint's config + tokenizer take 3.6 s with torch installed, 0.9 s
-without). jaxeval needs neither, and lm-eval users usually have torch installed, so the command
+runs through torch: `AutoTokenizer` pulls in `torch` and `torch.distributed`, which takes longer
+than the config and tokenizer themselves (docs/performance.md, "Start-up and compilation"). jaxeval
+needs neither, and lm-eval users usually have torch installed, so the command
 line (a process of its own) tells transformers torch is absent before anything imports it:
 
-    jaxeval run ...                                  transformers sees no torch (2.5 s less start-up)
+    jaxeval run ...                                  transformers sees no torch (a faster start)
     JAXEVAL_TRANSFORMERS_TORCH=1 jaxeval run ...     transformers sees torch (a task helper that runs
                                                      a transformers model on torch needs this)
 

@@ -33,9 +33,9 @@ refill order, or on the engine row it lands in.
 they are useful and a chunk never stops for nothing.
 
 **The tail.** Once the queue is empty, finished rows cannot be refilled, but a decode step still
-reads every row's keys and values (and runs every row through the weights): a step at SmolLM2-135M
-shapes with ~1,100 cached tokens a row costs 111 ms in 8 rows, 70 ms in 4, 50 ms in 2 and 42 ms in
-1. So when at most half the rows are live the host moves them into an engine of half the rows or
+reads every row's keys and values (and runs every row through the weights), so its cost falls with
+the rows it holds, live or not (docs/performance.md has the step times by rows). So when at most
+half the rows are live the host moves them into an engine of half the rows or
 fewer (`select_rows`: a row gather of the whole state) and decodes on there; a row's tokens do not
 depend on the engine it sits in (**Exactness**).
 """
@@ -265,8 +265,8 @@ def admit(
     `_install` then writes each admitted row r straight into engine row dst[r]: the prefix's slots
     and prompt src[r]'s keys at [S, S + P). Each row picks its first token from the logits at its
     prompt's last token and records it; `repeats` copies share the prefill. (Building a U-row cache
-    of S' + P slots and copying it into the rows cost ~20 passes over its keys/values: 0.1-0.6 s a
-    call at SmolLM2 shapes, docs/performance.md.)
+    of S' + P slots and copying it into the rows costs ~20 passes over its keys/values instead;
+    docs/performance.md.)
     """
     u, p = batch.tokens.shape
     start = jnp.asarray(batch.start, jnp.int32)

@@ -35,8 +35,8 @@ class KVCache(NamedTuple):
 
     `ROW_AXES` and `SLOT_AXES` name each field's rows and slots axes. The two layouts make both
     attention matmuls over a cache block contract over the right operand's major axis (q [X, E] . k [E, C'], p [X, C'] . v [C', E]),
-    the form XLA:CPU's dot runs at memory speed: with k, v as [L, B, C, G, E] a decode step's
-    attention over 1,400 slots took 104 ms for SmolLM2's 30 layers and 8 rows (docs/performance.md).
+    the form XLA:CPU's dot runs at memory speed; with k, v as [L, B, C, G, E] a decode step's
+    attention was slower (docs/performance.md, "The KV cache layout").
 
     The layout is part of the contract: the kernels that move rows or slots between caches
     (`jaxeval/kernels/generate.py`, `jaxeval/kernels/continuous.py`) read `ROW_AXES` / `SLOT_AXES`, never a

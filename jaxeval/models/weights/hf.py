@@ -43,9 +43,8 @@ def transpose(w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """A contiguous copy of the 2-D `w.T` (into `out` when given), written strip by strip.
 
     `np.ascontiguousarray(w.T)` walks one of the two arrays with a stride of a whole row, so a large
-    matrix runs at about 0.5 GB/s here (a 1B model's linears: 11.6 s of a 17.7 s load); copying 64
-    source rows at a time keeps both sides in cache: 1.7 GB/s at [8192, 2048], 3-6 GB/s at [2048,
-    2048] and smaller (measured on the 2-core CPU).
+    matrix misses the cache on every element and dominates a checkpoint's load; copying 64 source
+    rows at a time keeps both sides in cache (several times faster; docs/performance.md).
     """
     rows, cols = w.shape
     out = np.empty((cols, rows), w.dtype) if out is None else out
