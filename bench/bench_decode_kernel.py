@@ -4,7 +4,7 @@
 
 One decode step's attention at SmolLM2-135M shapes: 30 layers x B rows x 3 KV heads (3 query heads
 each, head dim 64), `written` of `slots` cache slots per row, random float32 K/V. It calls
-`cpu_attention.cache_state` once per layer in a jitted loop (as the decode step's layer scan does)
+`cpu_attention.cpu_decode_state` once per layer in a jitted loop (as the decode step's layer scan does)
 and prints ms per step and the K/V bytes read per second, next to the read bandwidth of the same
 machine (numpy sums over 512 MiB, one thread and one per core), so the kernel's distance from the
 memory bound is a ratio measured in one run. The decode step around it: `bench_decode_step.py`.
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxeval.models import cpu_attention
+from jaxeval.ops.attention import cpu as cpu_attention
 
 LAYERS, KV_HEADS, GROUP, HEAD_DIM = 30, 3, 3, 64
 
@@ -57,7 +57,7 @@ def step_time(rows: int, slots: int, written: int, repeats: int) -> float:
     @jax.jit
     def step(q, k, v):
         def layer(i, acc):  # the accumulator feeds the next query: no layer is skipped
-            _, _, out = cpu_attention.cache_state(
+            _, _, out = cpu_attention.cpu_decode_state(
                 q + 0 * acc[..., :1], k, v, i, bound, valid, slot_pos, q_pos, None, 0.125, None
             )
             return acc + out

@@ -7,7 +7,7 @@ shapes: one causal row of T tokens, 3 KV heads x 3 query heads, head dim 64, ran
 "nothing seen" init state. A small C++ driver includes the kernel's source and calls its tasks
 directly (no JAX, no XLA thread pool), on one thread and on two, and prints the best of 7 in ms per
 layer with the causal attention FLOPs per second (4 * H * E * T(T+1)/2). `--against` builds the
-same driver on another version of the source (e.g. `git show HEAD~1:jaxeval/models/cpu_attention.cc
+same driver on another version of the source (e.g. `git show HEAD~1:jaxeval/ops/attention/cpu_attention.cc
 > old.cc`) and alternates the two `--pairs` times, printing whether their outputs are bit-identical:
 the machine's timings drift between runs, so an A/B is a series of alternated pairs.
 """
@@ -22,7 +22,7 @@ import tempfile
 
 import jax
 
-from jaxeval.models import cpu_attention
+from jaxeval.ops.attention import cpu as cpu_attention
 
 DRIVER = r"""
 #include SOURCE

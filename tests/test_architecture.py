@@ -154,6 +154,7 @@ BELOW_EVALUATOR = (
     "model adapter",
     "kernels",
     "models",
+    "device kernels",
     "task engine",
     "metrics, filters",
     "foundations",
@@ -186,7 +187,10 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("jaxeval.models.contract", "jaxeval.models.runtime", "jaxeval.platform.mesh")
         + ("jaxeval.shapes",),
     ),
-    "models": (("jaxeval.models.*",), ("foundations",)),
+    "models": (("jaxeval.models.*",), ("device kernels", "foundations")),
+    # One operation on one platform (attention's Pallas, cuDNN and C++ kernels, and the mask rule
+    # they share with the reference): below the models, whose backends call them.
+    "device kernels": (("jaxeval.ops.*",), ("foundations",)),
     "task engine": (("jaxeval.api.*",), ("metrics, filters", "foundations")),
     "metrics, filters": (("jaxeval.metrics.*", "jaxeval.filters.*"), ("jaxeval.registry",)),
     "foundations": (FOUNDATIONS, ()),

@@ -8,7 +8,7 @@ failing on its own with its exact error, all inside one time budget (`--budget` 
 that no longer fits is reported as skipped):
 
     env              devices and versions; the measured matmul peak and copy bandwidth (probes.py)
-    attention        gpu_attention.gpu_packed (cuDNN) against attention.blocked_attend (probes.py)
+    attention        GpuAttention.packed (cuDNN) against attention.blocked_attend (probes.py)
     parity           SmolLM2-135M GGUF: lm-eval HF vs jaxeval per request, float32 and bfloat16
                      (skipped where the 98 MB file is absent: --smollm2 PATH or $JAXEVAL_SMOLLM2)
     build:M          a random-weight Llama M with its tokenizer, written to --work (checkpoints.py)

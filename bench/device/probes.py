@@ -3,8 +3,8 @@
 env        devices, versions, and the denominators: the best of `jnp.dot` matmuls (bf16 8192^2
            on a GPU, float32 1024^2 on the CPU), each timed over a chain of 10 in one program,
            and the device copy bandwidth (x + 1 over a 1 GiB array, bytes read + written)
-attention  `jaxeval.models.gpu_attention.gpu_packed` (cuDNN on a GPU, XLA's path on the CPU)
-           against `attention.blocked_attend` on packed rows (requests, shared contexts with
+attention  the `gpu` backend's `packed` (`jaxeval.ops.attention.gpu`: cuDNN on a GPU, XLA's
+           path on the CPU) against `attention.blocked_attend` on packed rows (requests, shared contexts with
            children, padding; with and without a sliding window) at Llama-1B and -8B head
            shapes: max |difference| on every query that sees a key, both against a float32
            reference, the time of each path, and whether cuDNN's custom call is in the program
@@ -99,7 +99,7 @@ def attention(cpu: bool) -> dict:
     import jax.numpy as jnp
 
     from jaxeval.models import attention as attn
-    from jaxeval.models import gpu_attention as ga
+    from jaxeval.ops.attention import gpu as ga
 
     if cpu:
         b, t, block, dtype = 2, 256, 64, jnp.float32
@@ -120,12 +120,11 @@ def attention(cpu: bool) -> dict:
         fits = ga.fits(q, k, softcap=None, init=None, platform=jax.default_backend(), v=v)
         for label, window in (("causal", None), ("window 256", jnp.int32(256))):
             row: dict = {"fits": fits}
-            kw = {"window": window, "scale": jnp.float32(e**-0.5), "softcap": None}
-            kw.update(block=block, init=None)
-            fused = jax.jit(lambda q, k, v, kw=kw: ga.gpu_packed(q, k, v, seg, par, pos, **kw))
-            blocked = jax.jit(
-                lambda q, k, v, kw=kw: attn.blocked_attend(q, k, v, seg, par, pos, **kw)
-            )
+            mask = attn.Mask(seg, par, pos, window)
+            kw = {"scale": jnp.float32(e**-0.5), "softcap": None, "block": block, "init": None}
+            packed = attn.GpuAttention().packed
+            fused = jax.jit(lambda q, k, v, kw=kw, m=mask, f=packed: f(q, k, v, m, **kw))
+            blocked = jax.jit(lambda q, k, v, kw=kw, m=mask: attn.blocked_attend(q, k, v, m, **kw))
             try:
                 truth = np.asarray(blocked(q32, k32, v32), np.float32)[read]
                 ref = np.asarray(blocked(q, k, v), np.float32)[read]

@@ -27,7 +27,7 @@ def _env(env: dict) -> list[str]:
 
 def _attention(att: dict) -> list[str]:
     lines = [
-        f"## attention: gpu_attention.gpu_packed ({att.get('implementation')}) vs attention."
+        f"## attention: GpuAttention.packed ({att.get('implementation')}) vs attention."
         f"blocked_attend, {att.get('rows')} rows, {att.get('dtype')}",
         "| case | fits | cuDNN call in program | max abs diff vs reference | max abs err vs "
         "float32: fused / reference | fused ms | reference ms |",

@@ -18,6 +18,11 @@ expression torch's log_softmax evaluates. `is_greedy` reproduces `argmax(log_sof
 target` with torch's first-index tie rule, in one pass: the target must reach the maximum
 log-probability and no smaller vocabulary index may reach the target's log-probability.
 
+A model without a [V, D] head matrix (a `FunctionModel` that offers only `head(params, h)` or
+`logits(...)`) cannot be chunked: `score_points` takes its logits at the score points,
+`model.point_logits(...)` -> [B, K, V], and reduces them with the same float32 expressions and the
+same first-index tie rule.
+
 Dimension names: `jaxeval.shapes`. The LM head runs on the B*K score points flattened, Vc
 vocabulary entries at a time, and their sums land in the S request slots.
 """
@@ -37,8 +42,8 @@ from jaxeval.shapes import Float, Int, pow2_at_most
 # Elements of one [B*K, Vc] float32 logits block: 2**22 * 4 bytes = 16 MiB (the memory bound).
 _CHUNK_ELEMENTS = 1 << 22
 # The block the kernel uses by default: 2**20 * 4 bytes = 4 MiB stays in cache while the chunk's
-# four reductions read it. On the 2-core CPU the head at B*K = 2048 (rolling, K = T) takes 22 ms
-# with chunks of 512 against 34 ms with 2048; at B*K = 512, 6 ms (2048) against 13 ms (8192).
+# four reductions read it, where a larger block is read back from memory (the head's timings by
+# chunk size: docs/performance.md, "Long rows and 8k context").
 _FAST_CHUNK_ELEMENTS = 1 << 20
 _MIN_CHUNK = 256
 
@@ -194,5 +199,44 @@ def score(
     valid = slot >= 0
     seg = jnp.where(valid, slot, n_slots)  # invalid points go to a discarded extra slot
     loglik = segment_sum_f32(jnp.where(valid, stats.target_lp, 0.0), seg, n_slots + 1)
+    misses = jax.ops.segment_sum((valid & ~greedy).astype(jnp.int32), seg, num_segments=n_slots + 1)
+    return ScoreResult(loglik=loglik[:n_slots], is_greedy=misses[:n_slots] == 0)
+
+
+def score_points(
+    params: Any,
+    batch: ScoreBatch,
+    *,
+    model: Any,
+    runtime: Runtime = REFERENCE,
+    n_slots: int,
+) -> ScoreResult:
+    """`score` for a model without `has_head_weight`: per-slot loglikelihood and greedy flag from
+    its logits at the score points, `model.point_logits(params, tokens, positions, segment,
+    parent, points)` -> [B, K, V] (module docstring). `runtime` (static) is `score`'s; such a model
+    runs its own function, which does not take one."""
+    del runtime  # in the executable's key like `score`'s; the model's own function runs as it is
+    length = batch.tokens.shape[1]
+    points = jnp.clip(batch.score_pos, 0, length - 1)  # [B, K]
+    logits = model.point_logits(
+        params, batch.tokens, batch.positions, batch.segment, batch.parent, points
+    )  # [B, K, V]
+    vocab = logits.shape[-1]
+    logits = logits.reshape(-1, vocab).astype(jnp.float32)  # [B*K, V]
+    targets = jnp.clip(batch.score_tgt.reshape(-1), 0, vocab - 1)  # [B*K]
+    top = logits.max(axis=-1)  # [B*K]
+    log_sum = jnp.log(jnp.exp(logits - top[:, None]).sum(axis=-1))  # [B*K]
+    target_logit = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
+    ids = jnp.arange(vocab, dtype=jnp.int32)
+    before = jnp.where(ids[None, :] < targets[:, None], logits, -jnp.inf).max(axis=-1)
+    target_lp = (target_logit - top) - log_sum
+    max_lp = (top - top) - log_sum
+    before_lp = (before - top) - log_sum
+    greedy = (target_lp >= max_lp) & (before_lp < target_lp)  # [B*K]
+
+    slot = batch.score_slot.reshape(-1)  # [B*K]
+    valid = slot >= 0
+    seg = jnp.where(valid, slot, n_slots)  # invalid points go to a discarded extra slot
+    loglik = segment_sum_f32(jnp.where(valid, target_lp, 0.0), seg, n_slots + 1)
     misses = jax.ops.segment_sum((valid & ~greedy).astype(jnp.int32), seg, num_segments=n_slots + 1)
     return ScoreResult(loglik=loglik[:n_slots], is_greedy=misses[:n_slots] == 0)

@@ -39,7 +39,7 @@ GEN_ARGS = {
     "gen_tail": "tail",
     "gen_shrink_last_batch": "shrink_last_batch",
 }
-# `attention_backend.SETTINGS`, named here without importing JAX
+# `jaxeval.models.attention.SETTINGS`, named here without importing JAX
 ATTENTION = ("auto", "xla", "cpu", "tpu", "gpu")
 EXPERTS = ("auto", "ragged", "blocked")  # `experts.SETTINGS`
 
@@ -67,7 +67,7 @@ class JaxLMConfig:
     """Everything `JaxLM` takes. `pretrained` is a checkpoint directory, hub id, `.gguf` path or an
     already loaded `jaxeval.models.LoadedModel`; `mesh` a preset name or a `jax.sharding.Mesh`;
     `tokenizer` a directory or a tokenizer object; `attention` the attention backend (None: the
-    `JAXEVAL_ATTENTION` variable, else `auto`: `jaxeval.models.attention_backend`); `experts` the
+    `JAXEVAL_ATTENTION` variable, else `auto`: `jaxeval.models.attention`); `experts` the
     Mixture-of-Experts backend (None: `JAXEVAL_MOE`, else `auto`: `jaxeval.models.moe`); `generation`
     the generation settings (`GenConfig`; from `--model_args` through `GEN_ARGS`'s names).
 

@@ -40,7 +40,7 @@ class KVCache(NamedTuple):
 
     The layout is part of the contract: the kernels that move rows or slots between caches
     (`jaxeval/kernels/generate.py`, `jaxeval/kernels/continuous.py`) read `ROW_AXES` / `SLOT_AXES`, never a
-    literal axis, and every attention backend (`jaxeval.models.attention_backend`) reads it.
+    literal axis, and every attention backend (`jaxeval.models.attention`) reads it.
     """
 
     k: jax.Array

@@ -160,7 +160,7 @@ def attention_block_size(
 ) -> int:
     """The query/key block `hidden` uses at row length T = `length` (0 = the dense path): the
     rule of `runtime`'s attention backend (default: the reference's,
-    `attention_backend.XlaAttention.block_size`)."""
+    `attention.XlaAttention.block_size`)."""
     return runtime.attention.block_size(length, block)
 
 
@@ -175,7 +175,7 @@ def hidden(
     runtime: Runtime = REFERENCE,
     attention_block: int | None = None,
 ) -> Float["B T D"]:
-    """Final-normed hidden states of packed rows (mask rule in `attention.py`).
+    """Final-normed hidden states of packed rows (the mask rule: `attention.Mask`).
 
     Long rows attend block by block through the runtime's attention backend (`runtime.attention.packed`:
     XLA's block loops, or a platform's kernel), short ones through the dense [B, H, T, T] scores;
@@ -208,8 +208,8 @@ def hidden(
                     g = k.shape[2]
                     init = attn.fold_sinks(attn.online_init((b, g, h // g, t), e), sinks)
                 out = backend.packed(
-                    q, k, v, segment, parent, positions, window=window, scale=consts["scale"],
-                    softcap=spec.attn_softcap, block=block, init=init,
+                    q, k, v, attn.Mask(segment, parent, positions, window),
+                    scale=consts["scale"], softcap=spec.attn_softcap, block=block, init=init,
                 )  # fmt: skip
                 return out, None
             allowed = base
@@ -256,8 +256,10 @@ def _cached_layers(
     spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index, new_valid=None
 ):
     """The layer scan of `forward_cached` and `forward_new`: each layer attends over its cache
-    slots before `index`, then over this call's own keys (`attention.cache_attend`). Returns the
-    hidden states before the final norm and every layer's new keys/values [L, B, T, G, E]."""
+    slots before `index` (the backend's `cache_state`), then over this call's own keys (densely,
+    or the backend's `packed` on a long prefill): `attention.cache_attend`'s steps, composed with
+    the runtime's backend. Returns the hidden states before the final norm and every layer's new
+    keys/values [L, B, T, G, E]."""
     dtype = jnp.dtype(spec.compute_dtype)
     windowed = any(spec.sliding_window)
     dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
@@ -275,13 +277,26 @@ def _cached_layers(
         def attend_fn(q, k, v):
             if stay:  # the projections' products, replicated over fsdp like x: no weight gather
                 q, k, v = (pin(a, runtime.rows_mesh) for a in (q, k, v))
-            out = attn.cache_attend(
-                q, cache.k, cache.v, layer, slot_valid, slot_pos, positions, index, k, v,
-                window=consts["window"] if windowed else None,
-                scale=consts["scale"], softcap=spec.attn_softcap, block=backend.cache_block,
-                new_block=new_block, new_valid=new_valid, backend=backend,
-                sinks=p["attn"].get("sinks"),
+            window = consts["window"] if windowed else None
+            scale, softcap, sinks = consts["scale"], spec.attn_softcap, p["attn"].get("sinks")
+            state = backend.cache_state(
+                q, cache.k, cache.v, layer, slot_valid, slot_pos, positions, index,
+                window=window, scale=scale, softcap=softcap,
             )  # fmt: skip
+            if sinks is not None:
+                state = attn.fold_sinks(state, sinks)
+            k_new, v_new, own = attn.new_keys(
+                q, k, v, cache.k, cache.v, slot_valid, positions, index,
+                window=window, new_valid=new_valid,
+            )  # fmt: skip
+            if new_block:  # a long prefill: its own keys block by block, from the cache's state
+                out = backend.packed(
+                    q, k_new, v_new, own, scale=scale, softcap=softcap, block=new_block, init=state
+                )
+            else:
+                out = attn.attend_new_keys(
+                    q, k_new, v_new, own, state, scale=scale, softcap=softcap
+                )
             return out, (k.astype(cache.k.dtype), v.astype(cache.v.dtype))
 
         return _block(spec, runtime, p, x, cos=cos, sin=sin, attend_fn=attend_fn, latent=True)
@@ -380,21 +395,8 @@ def forward_cached(
     x, k, v = _cached_layers(
         spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index
     )
-    written = None
-    if per_row and k.shape[2] == 1:  # a decode step: the backend may write its own way
-        written = runtime.attention.write_slots(cache.k, cache.v, k, v, index)
-    if written is not None:
-        k_all, v_all = written
-    elif per_row:  # k_all[:, r, :, :, index[r] + t] <- k[:, r, t]: the indexed axes go first
-        k_rows = jnp.transpose(k, (1, 2, 0, 3, 4))  # [B, T, L, G, E]
-        v_rows = jnp.transpose(v, (1, 2, 0, 3, 4))
-        k_all = cache.k.at[:, rows, :, :, slots].set(k_rows, mode="drop")
-        v_all = cache.v.at[:, rows, :, slots].set(v_rows, mode="drop")
-    else:
-        k_t = jnp.transpose(k, (0, 1, 3, 4, 2))  # [L, B, G, E, T]
-        v_t = jnp.transpose(v, (0, 1, 3, 2, 4))  # [L, B, G, T, E]
-        k_all = jax.lax.dynamic_update_slice(cache.k, k_t, (zero, zero, zero, zero, index))
-        v_all = jax.lax.dynamic_update_slice(cache.v, v_t, (zero, zero, zero, index, zero))
+    # the backend's cache write (the reference: one scatter, or one `dynamic_update_slice`)
+    k_all, v_all = runtime.attention.write_slots(cache.k, cache.v, k, v, index)
     x = norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
     return x, KVCache(k=k_all, v=v_all, valid=slot_valid, positions=slot_pos)
 

@@ -1,5 +1,5 @@
 """How an MoE layer's experts run on their tokens: one expert's MLP, and the grouped-matmul
-backends (`select_experts`), chosen once per model like `attention_backend.select_attention`.
+backends (`select_experts`), chosen once per model like `attention.select_attention`.
 
     ragged   `jax.lax.ragged_dot` over the assignments sorted by expert; XLA:TPU runs it natively
     blocked  each expert's group padded to a multiple of a block of m rows; a loop over the used

@@ -293,7 +293,7 @@ def load_model(
     checkpoint's), `compute_dtype` the activations' dtype (defaults to `dtype`). `gguf_file` names a
     GGUF file inside the `pretrained` directory (lm-eval's HF argument); `pretrained` may also be
     the path of a `.gguf` file. `attention` chooses the runtime's attention backend for `mesh`
-    (`attention_backend.select_attention`: "auto", "cpu", or "xla", the reference, by default;
+    (`attention.select_attention`: "auto", "cpu", or "xla", the reference, by default;
     None reads `JAXEVAL_ATTENTION`); `JaxLM` makes its own runtime for the model it runs.
     """
     path, raw, hf_config, reader, gguf_path = _open_checkpoint(

@@ -12,7 +12,7 @@ expert (`MoESpec.expert_size`), D the model width. The routing of one token, Nx 
 
 The experts run only on the tokens routed to them: the B*T*K assignments are sorted by expert and
 each expert's group is one grouped matmul. How the grouped matmuls run is the runtime's `experts`
-backend (`select_experts`, chosen once per model like `attention_backend.select_attention`, held by
+backend (`select_experts`, chosen once per model like `attention.select_attention`, held by
 `jaxeval.models.runtime.Runtime`):
 
     ragged   `jax.lax.ragged_dot` over the sorted assignments; XLA:TPU runs it natively

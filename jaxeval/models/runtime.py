@@ -16,7 +16,7 @@ read from the environment while a function is traced.
                    and split the activations over the contraction instead (compiled for a v5e-8,
                    Llama-3-8B's scoring all-reduced each MLP product, 7.5 GB per layer per chip,
                    where gathering the layer's weights moves 0.4 GB)
-    attention      the attention backend (`attention_backend.select_attention`)
+    attention      the attention backend (`jaxeval.models.attention.select_attention`)
     experts        a Mixture of Experts' grouped-matmul backend (`experts.select_experts`)
     unroll_layers  the layer scans unrolled into straight-line code: only for counting a few
                    layers' FLOPs exactly (`jaxeval.plan`; XLA's cost analysis counts a loop's
@@ -32,7 +32,7 @@ import dataclasses
 
 from jax.sharding import Mesh
 
-from jaxeval.models.attention_backend import XLA, XlaAttention, select_attention
+from jaxeval.models.attention import XLA, AttentionBackend, select_attention
 from jaxeval.models.experts import BLOCKED, ExpertBackend, select_experts
 
 
@@ -41,7 +41,7 @@ class Runtime:
     """The mesh, the backends and the counting flag one model's executables are compiled with."""
 
     mesh: Mesh | None = None
-    attention: XlaAttention = XLA
+    attention: AttentionBackend = XLA
     experts: ExpertBackend = BLOCKED
     unroll_layers: bool = False
 

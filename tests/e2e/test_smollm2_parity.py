@@ -142,7 +142,7 @@ def demo_run(gguf_path) -> tuple[dict, str]:
     (WikiText's 8,192-token windows included), GSM8K's prefill and its decode steps go through
     `cpu_attention.cc`; `chat_run` covers XLA's loops on the same model."""
     from jaxeval.demo.run import run_demo
-    from jaxeval.models import cpu_attention
+    from jaxeval.ops.attention import cpu as cpu_attention
 
     with _attention_mode("on" if cpu_attention.compiler() else "auto"):
         results, text, real = run_demo(mesh="single", log_samples=True)
@@ -155,18 +155,18 @@ def _attention_mode(mode: str):
     """JAXEVAL_CPU_ATTENTION=mode inside, restored after; no trace is reused across the change."""
     import jax
 
-    from jaxeval.models import cpu_attention
+    from jaxeval.models.attention.choice import CPU_ENV
 
-    before = os.environ.get(cpu_attention.ENV)
-    os.environ[cpu_attention.ENV] = mode
+    before = os.environ.get(CPU_ENV)
+    os.environ[CPU_ENV] = mode
     jax.clear_caches()
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop(cpu_attention.ENV)
+            os.environ.pop(CPU_ENV)
         else:
-            os.environ[cpu_attention.ENV] = before
+            os.environ[CPU_ENV] = before
         jax.clear_caches()
 
 

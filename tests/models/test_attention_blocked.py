@@ -88,7 +88,7 @@ def test_blocked_equals_dense(heads, kv_heads, window, softcap, block):
     w = None if window is None else jnp.int32(window)
     blocked = jax.jit(
         lambda q, k, v: attn.blocked_attend(
-            q, k, v, seg, par, pos, window=w, scale=scale, softcap=softcap, block=block
+            q, k, v, attn.Mask(seg, par, pos, w), scale=scale, softcap=softcap, block=block
         )
     )(q, k, v)
     assert blocked.shape == dense.shape == (3, t, heads, 8)
@@ -98,11 +98,11 @@ def test_blocked_equals_dense(heads, kv_heads, window, softcap, block):
 
 
 def test_block_visibility_golden():
-    """The module docstring's example: rows of 8 tokens in blocks of 2."""
+    """`Mask`'s docstring's example (`jaxeval.ops.attention.mask`): rows of 8 tokens in blocks of 2."""
     seg = np.array([[1, 1, 1, 2, 2, 3, 3, 4]], np.int32)
     par = np.array([[0, 0, 0, 0, 0, 0, 0, 3]], np.int32)
     pos = np.array([[0, 1, 2, 0, 1, 0, 1, 2]], np.int32)
-    flags = np.asarray(attn.block_visibility(seg, par, pos, None, block=2))
+    flags = np.asarray(attn.block_visibility(attn.Mask(seg, par, pos), block=2))
     assert flags.astype(int).tolist() == [
         [1, 0, 0, 0],
         [1, 1, 0, 0],
@@ -111,7 +111,9 @@ def test_block_visibility_golden():
     ]
     # One request with a window of 3 positions: two block diagonals.
     one = np.ones((1, 8), np.int32)
-    flags = attn.block_visibility(one, 0 * one, np.arange(8)[None], jnp.int32(3), block=2)
+    flags = attn.block_visibility(
+        attn.Mask(one, 0 * one, np.arange(8)[None], jnp.int32(3)), block=2
+    )
     assert np.asarray(flags).astype(int).tolist() == [
         [1, 0, 0, 0],
         [1, 1, 0, 0],
@@ -131,10 +133,12 @@ def test_block_visibility_is_conservative(window):
     n = t // block
     pairs = allowed.reshape(3, n, block, n, block).transpose(1, 3, 0, 2, 4).reshape(n, n, -1)
     w = None if window is None else jnp.int32(window)
-    flags = np.asarray(attn.block_visibility(seg, par, pos, w, block=block))
+    flags = np.asarray(attn.block_visibility(attn.Mask(seg, par, pos, w), block=block))
     assert flags[pairs.any(-1)].all()
     # Without row 1 (one request filling the row), blocks below the diagonal are skipped.
-    flags = np.asarray(attn.block_visibility(seg[[0, 2]], par[[0, 2]], pos[[0, 2]], w, block=block))
+    flags = np.asarray(
+        attn.block_visibility(attn.Mask(seg[[0, 2]], par[[0, 2]], pos[[0, 2]], w), block=block)
+    )
     assert not flags[np.tril(np.ones((n, n), bool))].all()
 
 

@@ -85,7 +85,7 @@ def _assert_same(got: dict, want: dict) -> None:
 # The kernels each backend must have traced (the functions behind the seam).
 KERNELS = {
     "tpu": [("tpu_packed", "packed_attention"), ("tpu_decode", "decode_state")],
-    "gpu": [("gpu_attention", "fused_attend")],
+    "gpu": [("gpu", "fused_attend")],
 }
 
 
@@ -96,7 +96,7 @@ def traced(monkeypatch):
 
     counts: dict[str, int] = {}
     for module, name in {pair for pairs in KERNELS.values() for pair in pairs}:
-        mod = importlib.import_module(f"jaxeval.models.{module}")
+        mod = importlib.import_module(f"jaxeval.ops.attention.{module}")
         real = getattr(mod, name)
 
         def counted(*a, _real=real, _name=name, **kw):

@@ -1,7 +1,7 @@
-"""The `cpu` attention backend (`jaxeval/models/cpu_attention.cc`) against the `xla` reference.
+"""The `cpu` attention backend (`jaxeval/ops/attention/cpu_attention.cc`) against the `xla` reference.
 
-- `cache_attend` for one-token steps gives the same output with the kernel (backend `cpu`)
-  as with XLA's loop (`xla`) within float32 tolerance, over head groupings (M = 1..5 query heads per
+- one-token steps (the backend's cache state, then the step's own key) give the same output with
+  the kernel (backend `cpu`) as with XLA's loop (`xla`) within float32 tolerance, over head groupings (M = 1..5 query heads per
   kv head: one, two and three register groups), head sizes that are and are not multiples of 16,
   slot counts that are not multiples of 8, per-row bounds of 0, some and all slots, invalid slots,
   sliding windows and soft caps;
@@ -9,8 +9,8 @@
   soft caps go through the kernel) gives identical tokens with and without the kernel;
 - the choice (`select_attention`): `auto` takes `cpu` on a one-device CPU mesh only, the setting
   beats `JAXEVAL_ATTENTION`, which beats the older `JAXEVAL_CPU_ATTENTION`; a bad value is a clear
-  error; the backend is a field of the static spec, so both programs come from one process with no
-  cache cleared.
+  error; the backend is a field of the static runtime, so both programs come from one process with
+  no cache cleared.
 
 Skipped (not failed) only where no C++ compiler exists: `auto` then falls back to XLA by design.
 """
@@ -26,22 +26,34 @@ import pytest
 from jax.sharding import Mesh
 
 from jaxeval.errors import JaxevalError
-from jaxeval.models import attention, cpu_attention
-from jaxeval.models.attention_backend import CPU, XLA, select_attention
+from jaxeval.models import attention
+from jaxeval.models.attention import CPU, XLA, select_attention
+from jaxeval.models.attention.choice import CPU_ENV
 from jaxeval.models.runtime import Runtime
+from jaxeval.ops.attention import cpu as cpu_attention
 
 BACKENDS = {"on": CPU, "off": XLA}
 
 pytestmark = pytest.mark.skipif(cpu_attention.compiler() is None, reason="no C++ compiler")
 
 
+def _cached(
+    backend, q, kc, vc, layer, valid, spos, q_pos, index, kn, vn, *, window, scale, softcap
+):
+    """A cached call's attention as the decoder composes it: the backend's state over the cache,
+    then the call's own keys (densely)."""
+    state = backend.cache_state(
+        q, kc, vc, layer, valid, spos, q_pos, index, window=window, scale=scale, softcap=softcap
+    )
+    kn, vn, own = attention.new_keys(q, kn, vn, kc, vc, valid, q_pos, index, window=window)
+    return attention.attend_new_keys(q, kn, vn, own, state, scale=scale, softcap=softcap)
+
+
 def _attend(mode, q, kc, vc, layer, valid, spos, index, kn, vn, **kw):
     backend = BACKENDS[mode]
-    fn = jax.jit(
-        lambda *a: attention.cache_attend(
-            *a, scale=jnp.float32(0.3), block=16, backend=backend, **kw
-        )
-    )
+    if mode == "off":
+        backend = dataclasses.replace(backend, cache_block=16)
+    fn = jax.jit(lambda *a: _cached(backend, *a, scale=jnp.float32(0.3), **kw))
     return np.asarray(fn(q, kc, vc, layer, valid, spos, index[:, None], index, kn, vn))
 
 
@@ -127,7 +139,18 @@ def test_packed_kernel_equals_xla_blocks(t, x, e, block, window, softcap, with_i
 
     def run(mode):
         packed = BACKENDS[mode].packed
-        fn = jax.jit(lambda *a: packed(*a, scale=jnp.float32(0.2), block=block, init=init, **kw))
+        fn = jax.jit(
+            lambda q, k, v, *rows: packed(
+                q,
+                k,
+                v,
+                attention.Mask(*rows, kw["window"]),
+                scale=jnp.float32(0.2),
+                softcap=kw["softcap"],
+                block=block,
+                init=init,
+            )  # fmt: skip
+        )
         program = fn.lower(q, k, v, seg, par, pos).as_text()
         assert (cpu_attention.PACKED_TARGET in program) == (mode == "on")
         return np.asarray(fn(q, k, v, seg, par, pos))
@@ -151,9 +174,7 @@ def test_kernel_is_in_the_program_only_with_the_cpu_backend():
     new = q[:, :, :1]
 
     def attend(backend, *a):
-        return attention.cache_attend(
-            *a, window=None, scale=jnp.float32(1.0), softcap=None, block=8, backend=backend
-        )
+        return _cached(backend, *a, window=None, scale=jnp.float32(1.0), softcap=None)
 
     step = jax.jit(attend, static_argnums=0)
 
@@ -176,16 +197,14 @@ def test_runtime_backend_is_in_the_jit_key():
     spec = spec_from_config(AutoConfig.from_pretrained(tiny_checkpoint("llama")))
     params = spec.abstract_params()
     rows = jax.ShapeDtypeStruct((1, 256), np.int32)
-    hidden = jax.jit(
-        lambda rt, p, t: spec.hidden(p, t, t, t, t, runtime=rt), static_argnums=0
-    )
+    hidden = jax.jit(lambda rt, p, t: spec.hidden(p, t, t, t, t, runtime=rt), static_argnums=0)
     on = hidden.lower(Runtime(attention=CPU), params, rows).as_text()
     off = hidden.lower(Runtime(attention=XLA), params, rows).as_text()
     assert cpu_attention.PACKED_TARGET in on and cpu_attention.PACKED_TARGET not in off
 
 
 def test_select_attention_rules(monkeypatch):
-    for name in ("JAXEVAL_ATTENTION", cpu_attention.ENV):
+    for name in ("JAXEVAL_ATTENTION", CPU_ENV):
         monkeypatch.delenv(name, raising=False)
     one = Mesh(np.array(jax.devices()[:1]), ("data",))
     assert len(jax.devices()) > 1  # the suite's 8 host devices
@@ -194,7 +213,7 @@ def test_select_attention_rules(monkeypatch):
     assert select_attention(many) is XLA  # a sharded step would gather the kernel's operands
     assert select_attention(one, "xla") is XLA
     assert select_attention(many, "cpu") is CPU  # asked for: XLA gathers, results the same
-    monkeypatch.setenv(cpu_attention.ENV, "off")  # the older switch
+    monkeypatch.setenv(CPU_ENV, "off")  # the older switch
     assert select_attention(one) is XLA
     monkeypatch.setenv("JAXEVAL_ATTENTION", "cpu")  # the newer one wins
     assert select_attention(one) is CPU
@@ -206,7 +225,7 @@ def test_bad_setting_is_a_clear_error(monkeypatch):
     with pytest.raises(JaxevalError, match="attention='fast' is not one of auto, xla, cpu"):
         select_attention(one, "fast")
     monkeypatch.delenv("JAXEVAL_ATTENTION", raising=False)
-    monkeypatch.setenv(cpu_attention.ENV, "fast")
+    monkeypatch.setenv(CPU_ENV, "fast")
     with pytest.raises(JaxevalError, match="JAXEVAL_CPU_ATTENTION='fast'"):
         select_attention(one)
 

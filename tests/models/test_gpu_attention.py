@@ -1,7 +1,8 @@
-"""`jaxeval.models.gpu_attention` on the CPU: `dot_product_attention`'s XLA implementation under
-the packed mask equals the reference.
+"""The `gpu` backend (`jaxeval.models.attention.GpuAttention`, its kernel
+`jaxeval.ops.attention.gpu`) on the CPU: `dot_product_attention`'s XLA implementation under the
+packed mask equals the reference.
 
-- `packed(..., implementation="xla")` equals `attention.blocked_attend` and the dense
+- `packed` with `implementation="xla"` equals `attention.blocked_attend` and the dense
   `attention.attend` (under `packed_mask & window_mask`) on every query that sees a key: rows with
   several requests, a shared context with two children (the parent link), padding, a sliding
   window on positions, GQA 3:1 and 8:1, head dims 64 and 128; float32 within 2e-6, bfloat16
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 from jaxeval.models import attention as attn
-from jaxeval.models import gpu_attention as ga
+from jaxeval.ops.attention import gpu as ga
 
 SCALE = 0.125
 
@@ -69,25 +70,15 @@ def _dense(q, k, v, seg, par, pos, window, scale):
 
 
 # jitted once for the module: a traced window (7, 16 or NO_WINDOW) reuses one compilation
+XLA_GPU = attn.GpuAttention(implementation="xla")
 FUSED = jax.jit(
-    lambda q, k, v, seg, par, pos, window, scale: ga.gpu_packed(
-        q,
-        k,
-        v,
-        seg,
-        par,
-        pos,
-        window=window,
-        scale=scale,
-        softcap=None,
-        block=32,
-        init=None,
-        implementation="xla",
-    )  # fmt: skip
+    lambda q, k, v, seg, par, pos, window, scale: XLA_GPU.packed(
+        q, k, v, attn.Mask(seg, par, pos, window), scale=scale, softcap=None, block=32, init=None
+    )
 )
 BLOCKED = jax.jit(
     lambda q, k, v, seg, par, pos, window, scale: attn.blocked_attend(
-        q, k, v, seg, par, pos, window=window, scale=scale, softcap=None, block=32
+        q, k, v, attn.Mask(seg, par, pos, window), scale=scale, softcap=None, block=32
     )
 )
 DENSE = jax.jit(_dense)
@@ -96,7 +87,7 @@ FOLDED = jax.jit(
         q,
         k,
         v,
-        ga.packed_allowed(seg, par, pos, window),
+        ga.packed_allowed(attn.Mask(seg, par, pos, window)),
         scale,
         implementation="xla",
         fold_scale=True,
@@ -155,9 +146,9 @@ def test_the_fused_path_is_one_dense_call_not_block_loops():
     seg, par, pos = _rows(96)
 
     def packed(softcap):
-        return lambda *a: ga.gpu_packed(
-            *a, window=None, scale=jnp.float32(SCALE), softcap=softcap, block=16, init=None,
-            implementation="xla",
+        return lambda q, k, v, *rows: XLA_GPU.packed(
+            q, k, v, attn.Mask(*rows), scale=jnp.float32(SCALE), softcap=softcap, block=16,
+            init=None,
         )  # fmt: skip
 
     assert "while" not in _program(packed(None), q, k, v, seg, par, pos)
@@ -175,12 +166,17 @@ def test_what_does_not_fit_is_the_reference_program(dtype, softcap, with_init):
     q, k, v = _qkv(x, e, t, dtype, seed=3)
     seg, par, pos = (a[:, :t] for a in _rows(96))
     init = attn.online_init((2, 2, x, t), e) if with_init else None
-    kw = {"window": jnp.int32(9), "scale": jnp.float32(SCALE), "softcap": softcap}
-    kw.update(block=16, init=init)
+    kw = {"scale": jnp.float32(SCALE), "softcap": softcap, "block": 16, "init": init}
+    window = jnp.int32(9)
+    cudnn = attn.GpuAttention(implementation="cudnn")
     got = _program(
-        lambda *a: ga.gpu_packed(*a, implementation="cudnn", **kw), q, k, v, seg, par, pos
-    )
-    want = _program(lambda *a: attn.blocked_attend(*a, **kw), q, k, v, seg, par, pos)
+        lambda q, k, v, *rows: cudnn.packed(q, k, v, attn.Mask(*rows, window), **kw),
+        q, k, v, seg, par, pos,
+    )  # fmt: skip
+    want = _program(
+        lambda q, k, v, *rows: attn.blocked_attend(q, k, v, attn.Mask(*rows, window), **kw),
+        q, k, v, seg, par, pos,
+    )  # fmt: skip
     assert got == want and "while" in got
 
 

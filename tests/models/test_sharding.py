@@ -106,9 +106,7 @@ def test_fsdp_decode_keeps_weights_on_their_shards_and_equals_single_device(mode
         single.spec, single.params, ref_cache, tokens, positions, valid, np.int32(0)
     )
     placed = [jax.device_put(x, batch_sharding(mesh, x.shape)) for x in (tokens, positions, valid)]
-    actual, cache = cached_step(
-        spec, sharded.params, cache, *placed, np.int32(0), runtime=runtime
-    )
+    actual, cache = cached_step(spec, sharded.params, cache, *placed, np.int32(0), runtime=runtime)
     assert_logits_close(actual, expected, "fsdp prefill")
     index = np.full((b,), p, np.int32)
     index[5] = p - 3  # rows at their own slots, as the continuous engine feeds them

@@ -1,11 +1,11 @@
-"""The Pallas TPU decode kernel (`jaxeval/models/tpu_decode.py`) against the `xla` reference.
+"""The Pallas TPU decode kernel (`jaxeval/ops/attention/tpu_decode.py`) against the `xla` reference.
 
-- `cache_attend` for one-token steps gives the same output with the kernel behind the backend seam
-  (Pallas interpret mode on the CPU) as with its own loop over cache blocks: head sizes 64 and
-  128, GQA 8:1 and 3:1, per-row bounds of 0, 1 (inside the first block), some and all C slots, C
-  not a multiple of the block (a ragged last block), invalid slots, a sliding window, Gemma-2's
-  soft-cap, a bfloat16 cache under float32 queries and bfloat16 throughout, the layer picked at
-  run time from a stacked cache. float32 within 2e-6, bfloat16 within 2e-2 (absolute).
+- One-token steps give the same output with the `tpu` backend's cache state (the kernel, Pallas
+  interpret mode on the CPU) as the reference's `cache_attend` with its loop over cache blocks:
+  head sizes 64 and 128, GQA 8:1 and 3:1, per-row bounds of 0, 1 (inside the first block), some
+  and all C slots, C not a multiple of the block (a ragged last block), invalid slots, a sliding
+  window, Gemma-2's soft-cap, a bfloat16 cache under float32 queries and bfloat16 throughout, the
+  layer picked at run time from a stacked cache. float32 within 2e-6, bfloat16 within 2e-2 (absolute).
 - Slots at or past a row's bound are never used: NaN there (the rest of the last block and every
   later block; interpret mode also pads the ragged last block past C with NaN) leaves the state bit
   for bit unchanged; a row that sees nothing gets (MASKED, 0, 0); the index maps clamp to the
@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 
@@ -27,29 +26,10 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxeval.models import attention, tpu_decode
+from jaxeval.models import attention
+from jaxeval.ops.attention import tpu_decode
 from jaxeval.plan.topology import libtpu_available
 from tests.helpers.tpu import single_tpu_mesh
-
-
-@dataclasses.dataclass(frozen=True)
-class _PallasBackend:
-    """The backend seam (`attention_backend`) with the kernel, interpreted, for decode steps."""
-
-    block: int
-
-    def packed(self, q, k, v, segment, parent, positions, *, window, scale, softcap, block, init):
-        return attention.blocked_attend(
-            q, k, v, segment, parent, positions,
-            window=window, scale=scale, softcap=softcap, block=block, init=init,
-        )  # fmt: skip
-
-    def cache_state(self, qm, k_cache, v_cache, layer, row_index, valid, slot_pos, q_pos, window,
-                    scale, softcap):  # fmt: skip
-        return tpu_decode.decode_state(
-            qm, k_cache, v_cache, layer, row_index, valid, slot_pos, q_pos, window, scale, softcap,
-            block=self.block, interpret=True,
-        )  # fmt: skip
 
 
 def _case(seed, *, layers, g, x, e, c, bounds, q_dtype, cache_dtype):
@@ -73,13 +53,23 @@ def _case(seed, *, layers, g, x, e, c, bounds, q_dtype, cache_dtype):
 
 @functools.partial(jax.jit, static_argnames=("windowed", "softcap", "backend"))
 def _decode(data, layer, window, *, windowed, softcap, backend):
-    """One decode step's attention output [B, 1, H, E] as float32 (one program for every layer)."""
-    out = attention.cache_attend(
-        data["q"], data["k_cache"], data["v_cache"], layer, data["valid"], data["positions"],
-        data["index"][:, None], data["index"], data["k_new"], data["v_new"],
-        window=window if windowed else None, scale=jnp.float32(data["q"].shape[-1] ** -0.5),
-        softcap=softcap, block=128, backend=backend,
+    """One decode step's attention output [B, 1, H, E] as float32 (one program for every layer):
+    the reference's `cache_attend` (`backend` None), else the backend's cache state (the kernel,
+    interpreted) continued over the step's own key as the decoder does."""
+    q, k_cache, v_cache = data["q"], data["k_cache"], data["v_cache"]
+    cached = (q, k_cache, v_cache, layer, data["valid"], data["positions"], data["index"][:, None])
+    kw = dict(window=window if windowed else None, scale=jnp.float32(q.shape[-1] ** -0.5))
+    if backend is None:
+        out = attention.cache_attend(
+            *cached, data["index"], data["k_new"], data["v_new"], **kw, softcap=softcap, block=128
+        )
+        return out.astype(jnp.float32)
+    state = backend.cache_state(*cached, data["index"], **kw, softcap=softcap)
+    k_new, v_new, own = attention.new_keys(
+        q, data["k_new"], data["v_new"], k_cache, v_cache, data["valid"], data["index"][:, None],
+        data["index"], window=kw["window"],
     )  # fmt: skip
+    out = attention.attend_new_keys(q, k_new, v_new, own, state, scale=kw["scale"], softcap=softcap)
     return out.astype(jnp.float32)
 
 
@@ -105,7 +95,8 @@ def test_kernel_equals_reference(name):
     for layer in (0, layers - 1):  # one program, the layer a run-time value
         args = (data, jnp.int32(layer), jnp.int32(window or 0))
         reference = np.asarray(_decode(*args, **static, backend=None))
-        kernel = np.asarray(_decode(*args, **static, backend=_PallasBackend(block)))
+        backend = attention.TpuAttention(interpret=True, cache_block=block)
+        kernel = np.asarray(_decode(*args, **static, backend=backend))
         assert kernel.shape == (len(bounds), 1, g * x, e)
         assert np.isfinite(kernel).all()
         np.testing.assert_allclose(kernel, reference, rtol=0, atol=atol, err_msg=f"layer {layer}")

@@ -23,7 +23,8 @@ from jax.sharding import PartitionSpec as P
 
 from jaxeval.errors import JaxevalError
 from jaxeval.models import attention as attn
-from jaxeval.models import tpu_packed as tp
+from jaxeval.models.attention import reference
+from jaxeval.ops.attention import tpu_packed as tp
 from jaxeval.plan.topology import libtpu_available
 from tests.helpers.tpu import single_tpu_mesh
 
@@ -99,8 +100,9 @@ def test_kernel_matches_dense_attention(h, g, e, window, softcap, dtype, tol):
     @_jit
     def kernel(q, k, v, window, scale):
         return tp.packed_attention(
-            q, k, v, seg, par, pos, window=window, scale=scale, softcap=softcap, interpret=True
-        )
+            q, k, v, attn.Mask(seg, par, pos, window), scale=scale, softcap=softcap,
+            interpret=True,
+        )  # fmt: skip
 
     out = kernel(q, k, v, jnp.int32(window), scale)
     assert out.shape == (2, t, h, e) and out.dtype == dtype
@@ -109,7 +111,7 @@ def test_kernel_matches_dense_attention(h, g, e, window, softcap, dtype, tol):
 
 
 def test_init_continues_from_earlier_keys():
-    """`init` (an `_Online` state over a prefix of earlier keys) then the row's own keys equals
+    """`init` (an online-softmax state over a prefix of earlier keys) then the row's own keys equals
     dense attention over prefix + row (float32, GQA 8:1, E = 128, soft-capped)."""
     b, t, h, g, e, p, softcap = 2, 300, 8, 1, 128, 40, 50.0
     seg, par, pos = _rows(t)
@@ -121,13 +123,15 @@ def test_init_continues_from_earlier_keys():
 
     @_jit
     def kernel(q, k, v, k_pre, v_pre):
-        scores = attn._scores(q.reshape(b, t, g, x, e), k_pre, scale, softcap)  # [B, G, X, T, J]
-        init = attn._Online.update(
-            attn._Online.init((b, g, x, t), e), scores, pre_ok[:, None, None], v_pre,
+        scores = reference._scores(
+            q.reshape(b, t, g, x, e), k_pre, scale, softcap
+        )  # [B, G, X, T, J]
+        init = reference._Online.update(
+            reference._Online.init((b, g, x, t), e), scores, pre_ok[:, None, None], v_pre,
             "bgrtj,bjge->bgrte",
         )  # fmt: skip
         return tp.packed_attention(
-            q, k, v, seg, par, pos, window=None, scale=scale, softcap=softcap, init=init,
+            q, k, v, attn.Mask(seg, par, pos), scale=scale, softcap=softcap, init=init,
             interpret=True,
         )  # fmt: skip
 
@@ -146,7 +150,7 @@ def test_drawn_visibility():
 
     @_jit
     def tables(seg, par, pos):
-        visible = tp.row_visibility(seg, par, pos, None, block=2)
+        visible = tp.row_visibility(attn.Mask(seg, par, pos), block=2)
         first, last = tp.visit_range(visible)
         reads = tp.key_block(jnp.arange(4)[None, None], first[..., None], last[..., None])
         return visible, first, last, reads, tp.pack_visibility(visible)
@@ -166,7 +170,7 @@ def test_blocks_are_lane_multiples():
     seg = jnp.ones((1, 100), jnp.int32)
     with pytest.raises(JaxevalError, match="multiples of 128"):
         tp.packed_attention(
-            q, q, q, seg, seg, seg, window=None, scale=1.0, softcap=None, block=64, interpret=True
+            q, q, q, attn.Mask(seg, seg, seg), scale=1.0, softcap=None, block=64, interpret=True
         )
 
 
@@ -174,7 +178,7 @@ def test_skipped_blocks_are_never_read():
     """A request of one block, then one of 100 tokens and padding: the cross-request block pair is
     invisible, never fetched (key step 0 of query block 1 reads block 1) and never computed: with
     the first request's keys and values NaN, the second's state is exact, and padding queries keep
-    `_Online.init`'s state. In the TPU simulator (uninitialised VMEM is NaN there too)."""
+    the initial online-softmax state. In the TPU simulator (uninitialised VMEM is NaN there too)."""
     t, h, g, e = 256, 2, 1, 128
     seg = np.zeros((1, t), np.int32)
     seg[0, :128], seg[0, 128:228] = 1, 2
@@ -185,12 +189,12 @@ def test_skipped_blocks_are_never_read():
 
     @_jit
     def kernel(q, k, v):
-        visible = tp.row_visibility(seg, par, pos, None, block=128)
+        visible = tp.row_visibility(attn.Mask(seg, par, pos), block=128)
         first, last = tp.visit_range(visible)
         reads = tp.key_block(jnp.arange(2), first[0, 1], last[0, 1])
         poisoned = [a.at[:, :128].set(jnp.nan) for a in (k, v)]
         state = tp.packed_state(
-            q, *poisoned, seg, par, pos, window=None, scale=scale, softcap=None,
+            q, *poisoned, attn.Mask(seg, par, pos), scale=scale, softcap=None,
             interpret=pltpu.InterpretParams(),
         )  # fmt: skip
         return visible, reads, state
@@ -198,7 +202,7 @@ def test_skipped_blocks_are_never_read():
     visible, reads, (m, total, acc) = kernel(q, k, v)
     assert np.asarray(visible)[0].tolist() == [[True, False], [False, True]]
     assert np.asarray(reads).tolist() == [1, 1]
-    out = np.asarray(attn._Online.finish((m, total, acc), jnp.float32).reshape(1, t, h, e))
+    out = np.asarray(reference._Online.finish((m, total, acc), jnp.float32).reshape(1, t, h, e))
     expected = np.asarray(_dense(q, k, v, _allowed(seg, par, pos), scale, None))
     assert np.isfinite(out[0, 128:]).all()
     assert np.abs(out[0, 128:228] - expected[0, 128:228]).max() <= 2e-6
@@ -229,13 +233,12 @@ def test_compiles_for_tpu_with_its_declared_cost():
     )  # fmt: skip
 
     def variants(q, k, v, seg, scale, window, m, acc):
-        plain = tp.packed_attention(q, k, v, seg, seg, seg, window=None, scale=scale, softcap=None)
+        mask = attn.Mask(seg, seg, seg)
+        plain = tp.packed_attention(q, k, v, mask, scale=scale, softcap=None)
         capped = tp.packed_attention(
-            q, k, v, seg, seg, seg, window=window, scale=scale, softcap=50.0
+            q, k, v, mask._replace(window=window), scale=scale, softcap=50.0
         )
-        continued = tp.packed_attention(
-            q, k, v, seg, seg, seg, window=None, scale=scale, softcap=None, init=(m, m, acc)
-        )
+        continued = tp.packed_attention(q, k, v, mask, scale=scale, softcap=None, init=(m, m, acc))
         return plain, capped, continued
 
     compiled = jax.jit(variants).lower(*args).compile()
@@ -263,7 +266,7 @@ def test_blocks_fit_the_tpu_vmem_at_eight_heads_per_kv_head():
     def compiled(block):
         def fn(q, k, v, seg, scale):
             return tp.packed_attention(
-                q, k, v, seg, seg, seg, window=None, scale=scale, softcap=None, block=block
+                q, k, v, attn.Mask(seg, seg, seg), scale=scale, softcap=None, block=block
             )
 
         return jax.jit(fn).lower(*args).compile()

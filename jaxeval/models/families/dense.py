@@ -70,7 +70,7 @@ ACTIVATION_RULES: dict[str, Callable[[Any], str]] = {
 
 # Which layers apply rope (`ModelSpec.rope_layers`, () = all of them), by the rule a row names:
 #     no_rope_layers         SmolLM3: [1, 1, 1, 0] -> (True, True, True, False), 0 = NoPE
-#     sliding                Cohere-2: layer types [sliding, full] -> (True, False)
+#     sliding                Cohere-2: layer types ("sliding", "full") -> (True, False)
 #     sliding_when_windowed  EXAONE-4: as "sliding" where the config sets a window, else ()
 ROPE_LAYER_RULES: dict[str, Callable[[Any, list[str]], tuple[bool, ...]]] = {
     "all": lambda cfg, types: (),

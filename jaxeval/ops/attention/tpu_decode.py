@@ -1,14 +1,15 @@
-"""Decode attention on TPUs: one new token per row over the KV cache, as one Pallas (Mosaic) kernel.
+"""Decode steps on TPUs: one new token per row over the KV cache, as one Pallas (Mosaic) kernel, and
+the step's keys written into the cache slot by slot (`write_row_slots`).
 
     decode_state(qm [B, G, X, E], k_cache [L, B, G, E, C], v_cache [L, B, G, C, E], layer, bound [B],
                  valid [B, C], slot_pos [B, C], q_pos [B], window, scale, softcap)
         -> m [B, G, X], total [B, G, X], acc [B, G, X, E]   (float32)
 
-is the online-softmax state (`attention._Online`: the output is acc / total) of each row's X query
+is the online-softmax state (`mask.State`: the output is acc / total) of each row's X query
 heads per kv head over the slots j of layer `layer` with `valid[b, j]`, `j < bound[b]` and, on a
-sliding-window layer, `q_pos[b] - slot_pos[b, j] < window`: the same job as
-`cpu_attention.cache_state` (a TPU backend's `cache_state` calls this), whose state
-`attention.cache_attend` folds the step's own key into. A row that sees nothing gets m = MASKED,
+sliding-window layer, `q_pos[b] - slot_pos[b, j] < window`: the same job as the CPU kernel's
+`cpu.cpu_decode_state` (the `tpu` backend's `cache_state` calls this), whose state the decoder
+then folds the step's own key into. A row that sees nothing gets m = MASKED,
 total = 0, acc = 0, so that the step's own key alone decides its output.
 
 **Reading only the written prefix (a decode step is memory-bound).** The grid is (B, G, C/Q), the
@@ -34,12 +35,12 @@ of 128, and when it does not divide C the last block runs past the cache: Pallas
 that exist and the rest of the buffer is stale. Such slots are >= C >= bound, so they are masked,
 and value rows at or past the bound are zeroed before the weighted sum (0 * NaN would be NaN).
 
-**Numerics: `cache_attend`'s.** Cache tiles are cast to q's (the compute) dtype; the scores
+**Numerics: the reference's (`jaxeval.models.attention.cache_state`).** Cache tiles are cast to q's (the compute) dtype; the scores
 q.k accumulate in float32, are rounded to the compute dtype, scaled, soft-capped
 (`tanh(s/softcap) * softcap`), then the softmax runs in float32 and its weights are cast to the
 compute dtype before the values (float32 accumulation). Only the float32 summation order differs
 from the reference (and an empty row's state, whose leftovers the reference's next key zeroes).
-Dimension names: `jaxeval.shapes`; X here is X*T of `cache_attend` with T = 1.
+Dimension names: `jaxeval.shapes`; X here is X*T of the reference's rows-merged queries, T = 1.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxeval.models.attention import MASKED
+from jaxeval.ops.attention.mask import MASKED
 from jaxeval.shapes import Bool, Float, Int
 
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
@@ -175,7 +176,7 @@ def decode_state(
 ) -> tuple[Float["B G X"], Float["B G X"], Float["B G X E"]]:
     """The online-softmax state over each row's visible cache slots (module docstring).
 
-    `layer`, `bound`, `q_pos`, `window` (None: no window term; `attention.NO_WINDOW` keeps all) and
+    `layer`, `bound`, `q_pos`, `window` (None: no window term; `mask.NO_WINDOW` keeps all) and
     `scale` are run-time values (scalar prefetch); `softcap`, `block` and `interpret` are static.
     `interpret`: True runs the kernel as plain JAX ops on any host (fast; tests), a
     `pltpu.InterpretParams` in Pallas's simulator of TPU memory and DMAs (slow, faithful: stale
@@ -231,3 +232,38 @@ def decode_state(
     )
     m, total, acc = call(*scalars, qm, k_cache, v_cache, meta)
     return m[..., 0], total[..., 0], acc
+
+
+def write_row_slots(
+    k_cache: Float["L B G E C"],
+    v_cache: Float["L B G C E"],
+    k: Float["L B 1 G E"],
+    v: Float["L B 1 G E"],
+    index: IntB,
+) -> tuple[jax.Array, jax.Array]:
+    """k_cache[:, r, :, :, index[r]] <- k[:, r, 0] for every row r (index >= C: dropped), as B
+    `dynamic_update_slice`s of one slot in a loop over one device's rows. The scatter that writes
+    all rows at once makes the TPU compiler pick a layout of its own for the whole cache and copy
+    the cache into it and back on every decode step (four copies of the cache per step at
+    SmolLM2's shapes on a v5e-8); a one-slot update keeps the cache's layout and touches
+    L * G * E values per row. (Under the SPMD partitioner a loop over the rows of a sharded cache
+    would gather the cache: hence the `tpu` backend runs it under `jax.shard_map`.)"""
+    c = k_cache.shape[4]
+    zero = jnp.zeros((), jnp.int32)
+    k_t = jnp.transpose(k, (0, 1, 3, 4, 2)).astype(k_cache.dtype)  # [L, B, G, E, 1]
+    v_t = jnp.transpose(v, (0, 1, 3, 2, 4)).astype(v_cache.dtype)  # [L, B, G, 1, E]
+
+    def one_row(r, caches):
+        kc, vc = caches
+        slot = jnp.minimum(index[r], c - 1)
+        keep = index[r] >= c  # past the cache: the slot keeps what it holds
+        k_at, v_at = (zero, r, zero, zero, slot), (zero, r, zero, slot, zero)
+        k_new = jax.lax.dynamic_slice_in_dim(k_t, r, 1, axis=1)
+        v_new = jax.lax.dynamic_slice_in_dim(v_t, r, 1, axis=1)
+        k_new = jnp.where(keep, jax.lax.dynamic_slice(kc, k_at, k_new.shape), k_new)
+        v_new = jnp.where(keep, jax.lax.dynamic_slice(vc, v_at, v_new.shape), v_new)
+        return jax.lax.dynamic_update_slice(kc, k_new, k_at), jax.lax.dynamic_update_slice(
+            vc, v_new, v_at
+        )
+
+    return jax.lax.fori_loop(0, k.shape[1], one_row, (k_cache, v_cache))

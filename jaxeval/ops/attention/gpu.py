@@ -1,9 +1,9 @@
 """Packed-row attention through `jax.nn.dot_product_attention`: cuDNN's fused flash attention on
-NVIDIA GPUs, XLA's dense path elsewhere, under the exact rule of `attention.py`.
+NVIDIA GPUs, XLA's dense path elsewhere, under the exact rule of `mask.py`.
 
 cuDNN knows causal masks, padding lengths, index windows and an additive bias, but no segment ids
 with a parent link and no window on positions. So the whole rule goes in as a boolean mask
-[B, 1, T, J] (`attention.packed_mask`, & `attention.window_mask` on sliding-window layers), which
+[B, 1, T, J] (`mask.packed_mask`, & `mask.window_mask` on sliding-window layers), which
 `dot_product_attention` turns into a bias of 0 or a large negative number in the operands' dtype
 (-2**41 in bfloat16), added to the scaled scores. A masked key's weight is then exp(-2**41 - max),
 exactly 0 in float32 whenever the query sees any key: the rule, not an approximation of it.
@@ -25,10 +25,11 @@ What fits (`fits`), and why:
                             (<= 256 from Hopper on): cuDNN's limits in jax 0.10
     other platforms         any float dtype: XLA's dense path (materializes [B, H, T, J] scores)
 
-Anything else goes to `attention.blocked_attend`, the reference. The scale: XLA multiplies the
-float32 scores by it after the matmul, as the reference does; cuDNN takes it as a compile-time
-constant, while ours is traced (one per layer, scanned), so on cuDNN it is folded into the queries
-first (q * scale in float32, rounded to q's dtype). The mask costs B*T*J bias values, which cuDNN
+Anything else the `gpu` backend (`jaxeval.models.attention.GpuAttention`) hands to the reference,
+`blocked_attend`. The scale: XLA multiplies the float32 scores by it after the matmul, as the
+reference does; cuDNN takes it as a compile-time constant, while ours is traced (one per layer,
+scanned), so on cuDNN it is folded into the queries first (q * scale in float32, rounded to q's
+dtype). The mask costs B*T*J bias values, which cuDNN
 reads block by block; no [B, H, T, J] scores exist on that path.
 
 Dimension names: `jaxeval.shapes`.
@@ -39,8 +40,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxeval.models import attention as attn
-from jaxeval.shapes import Float, Int
+from jaxeval.ops.attention.mask import Mask, packed_mask, window_mask
+from jaxeval.shapes import Float
 
 GPU_PLATFORMS = ("gpu", "cuda")
 CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
@@ -56,8 +57,8 @@ def _max_head_dim() -> int:
 
 
 def fits(q, k, *, softcap, init, platform: str, v=None) -> bool:
-    """Whether `packed` takes `dot_product_attention` on `platform` for these operands (module
-    docstring's table); False means the reference (`attention.blocked_attend`)."""
+    """Whether `gpu_packed` applies on `platform` to these operands (module docstring's table);
+    False means the reference (`blocked_attend`)."""
     if softcap is not None or init is not None:
         return False
     e = q.shape[-1]
@@ -76,13 +77,11 @@ def implementation_for(implementation: str | None) -> str:
     return "cudnn" if jax.default_backend() in GPU_PLATFORMS else "xla"
 
 
-def packed_allowed(
-    segment: Int["B T"], parent: Int["B T"], positions: Int["B T"], window: Int[""] | None
-) -> jax.Array:
-    """The rule of `attention.py` as a boolean mask [B, 1, T, T] (one for every head)."""
-    allowed = attn.packed_mask(segment, parent)  # [B, T, T]: query, key
-    if window is not None:
-        allowed &= attn.window_mask(positions, positions, window)
+def packed_allowed(mask: Mask) -> jax.Array:
+    """The rule of `mask.py` as a boolean mask [B, 1, T, T] (one for every head)."""
+    allowed = packed_mask(mask.segment, mask.parent)  # [B, T, T]: query, key
+    if mask.window is not None:
+        allowed &= window_mask(mask.positions, mask.positions, mask.window)
     return allowed[:, None]
 
 
@@ -112,29 +111,16 @@ def gpu_packed(
     q: Float["B T H E"],
     k: Float["B T G E"],
     v: Float["B T G E"],
-    segment: Int["B T"],
-    parent: Int["B T"],
-    positions: Int["B T"],
+    mask: Mask,
     *,
-    window: Int[""] | None,
     scale: Float[""],
-    softcap: float | None,
-    block: int,
-    init: tuple[jax.Array, jax.Array, jax.Array] | None,
     implementation: str | None = None,
 ) -> Float["B T H E"]:
-    """`attention_backend.XlaAttention.packed`'s contract: packed rows under the segment/parent/
-    causal rule and the sliding window (None, or a traced int32; `attention.NO_WINDOW` = none),
-    `scale` a traced float32 scalar, `softcap` static. Through `dot_product_attention` when it
-    `fits` (`implementation`: "cudnn", "xla", or None = `implementation_for`), else
-    `attention.blocked_attend` in blocks of `block`."""
+    """Packed rows under `mask` (the segment/parent/causal rule and the sliding window: None, or a
+    traced int32; `mask.NO_WINDOW` = none) through `dot_product_attention`, for operands that
+    `fits` (no soft-cap, no earlier state); `scale` a traced float32 scalar. `implementation`:
+    "cudnn", "xla", or None = `implementation_for`."""
     how = implementation_for(implementation)
-    platform = "gpu" if how == "cudnn" else "cpu"
-    if not fits(q, k, softcap=softcap, init=init, platform=platform, v=v):
-        return attn.blocked_attend(
-            q, k, v, segment, parent, positions,
-            window=window, scale=scale, softcap=softcap, block=block, init=init,
-        )  # fmt: skip
-    allowed = packed_allowed(segment, parent, positions, window)
+    allowed = packed_allowed(mask)
     scale = jnp.asarray(scale, jnp.float32)
     return fused_attend(q, k, v, allowed, scale, implementation=how, fold_scale=how == "cudnn")

@@ -4,9 +4,9 @@
 //
 // Decode attention over one layer of the stacked KV cache, fused, for XLA:CPU (an FFI custom call).
 //
-// The Python side (`jaxeval/models/cpu_attention.py`) builds this file once per machine and calls
-// it from `attention.cache_attend` for decode steps (T = 1) on the CPU. It returns the online-softmax
-// state over the cache slots that `cache_attend`'s block loop would return, and the caller folds
+// The Python side (`jaxeval/ops/attention/cpu.py`) builds this file once per machine; the `cpu`
+// backend calls it for decode steps (T = 1) on the CPU. It returns the online-softmax state over
+// the cache slots that the reference's `cache_state` block loop would return, and the caller folds
 // the step's own key in exactly as before. Shapes (one kv head g of row b is one task):
 //
 //   q        [B, G, M, E]   float32   the X query heads of a kv head (M = X, T = 1)
@@ -383,7 +383,7 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::B
 
 // ---- Prefill / scoring: `attention.blocked_attend`'s packed-row rule, fused ---------------------
 //
-// `attention.blocked_attend` (`jaxeval/models/cpu_attention.py`, `packed`), any T:
+// `attention.blocked_attend` (`jaxeval/ops/attention/cpu.py`, `cpu_packed`), any T:
 //
 //   q        [B, T, H, E]   float32   H = G * X query heads
 //   kt       [B, G, E, T]   float32   keys, transposed by the caller (tokens minor)

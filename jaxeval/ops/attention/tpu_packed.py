@@ -1,8 +1,9 @@
-"""Packed-row flash attention as one Pallas TPU kernel: `attention.blocked_attend`'s rule and numbers.
+"""Packed-row flash attention as one Pallas TPU kernel: the reference's rule and numbers
+(`jaxeval.models.attention.blocked_attend`).
 
 Query i sees key j iff `segment[j] != 0 and j <= i and (segment[j] == segment[i] or segment[j] ==
-parent[i])`, plus `positions[i] - positions[j] < window` on sliding-window layers (the `attention`
-module docstring). Scores are q.k in float32, times `scale`, soft-capped, masked; the softmax is
+parent[i])`, plus `positions[i] - positions[j] < window` on sliding-window layers (the `Mask`'s rule:
+`jaxeval.ops.attention.mask`). Scores are q.k in float32, times `scale`, soft-capped, masked; the softmax is
 online in float32 and the weights are cast to the values' dtype before the second matmul.
 
 **Grid.** (row b, kv head g, query block i, key step j), j innermost. One program holds the X query
@@ -33,7 +34,7 @@ key side's segment and position in sublanes 0, 1 of a [B, 8, T] int32 array (a r
 scale and window are scalar-prefetch operands (runtime values: layers are scanned), as are the
 visibility (bit-packed, 32 key blocks a word) and the first/last tables the index maps read.
 
-**State.** `packed_state` returns `attention._Online`'s state over the row's own keys (out = acc /
+**State.** `packed_state` returns the reference's online-softmax state (`mask.State`) over the row's own keys (out = acc /
 total, both relative to the running max m; a query that saw nothing: m = MASKED, total 0, acc 0).
 `packed_attention` merges an earlier state (`init`, e.g. a prefill's cached prefix) by the
 log-sum-exp rule and finishes; without `init` the kernel finishes and writes v.dtype itself.
@@ -51,7 +52,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from jaxeval.errors import JaxevalError
-from jaxeval.models.attention import MASKED, NO_WINDOW, block_visibility
+from jaxeval.ops.attention.mask import MASKED, NO_WINDOW, Mask, State, block_visibility
 from jaxeval.shapes import Bool, Float, Int
 
 _LANES = 128  # TPU vector lanes: a key block is a multiple of this
@@ -62,9 +63,6 @@ _WORD = 32  # key blocks per visibility word
 _START = MASKED / 2
 _NT = (((1,), (1,)), ((), ()))  # a . b^T
 _NN = (((1,), (0,)), ((), ()))  # a . b
-
-State = tuple[jax.Array, jax.Array, jax.Array]  # m, total [B, G, X, T]; acc [B, G, X, T, E]
-
 
 # Query rows (X query heads x Q queries) one program holds: its scores [X*Q, Q] and float32
 # state stay within the TPU's default scoped VMEM (16 MiB on a v5e). Compiled for a v5e-32,
@@ -81,17 +79,13 @@ def fit_block(block: int, heads_per_kv: int) -> int:
     return q if block >= _LANES else block
 
 
-def row_visibility(
-    segment: Int["B T"],
-    parent: Int["B T"],
-    positions: Int["B T"],
-    window: Int[""] | None,
-    *,
-    block: int,
-) -> Bool["B A A"]:
+def row_visibility(mask: Mask, *, block: int) -> Bool["B A A"]:
     """(row, query block, key block): False where the row has no visible pair in the block pair."""
-    one = functools.partial(block_visibility, window=window, block=block)
-    return jax.vmap(lambda s, p, x: one(s[None], p[None], x[None]))(segment, parent, positions)
+
+    def one(s, p, x):
+        return block_visibility(Mask(s[None], p[None], x[None], mask.window), block=block)
+
+    return jax.vmap(one)(mask.segment, mask.parent, mask.positions)
 
 
 def visit_range(visible: Bool["B A A"]) -> tuple[Int["B A"], Int["B A"]]:
@@ -194,7 +188,7 @@ def _kernel(scale_ref, window_ref, visible_ref, first_ref, last_ref,  # scalar p
         acc_out_ref[...] = acc.reshape(x, q, e)
 
 
-def _run(q, k, v, segment, parent, positions, *, window, scale, softcap, block, interpret, finish):
+def _run(q, k, v, mask: Mask, *, scale, softcap, block, interpret, finish):
     """The kernel over rows padded to a multiple of `block`: the finished [B, G, X, T, E] output
     (`finish`), else the state (m, total, acc), all for the padded T."""
     if block % _LANES:
@@ -206,13 +200,14 @@ def _run(q, k, v, segment, parent, positions, *, window, scale, softcap, block, 
     g = k.shape[2]
     x = h // g
     n = t // block
+    segment, parent, positions, window = mask
     q5 = q.reshape(b, t, g, x, e).transpose(0, 2, 3, 1, 4)  # [B, G, X, T, E]
     k4, v4 = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, G, T, E]
     q_meta = jnp.stack([segment, parent, positions], -1).astype(jnp.int32)  # [B, T, 3]
     q_meta = jnp.pad(q_meta, ((0, 0), (0, 0), (0, _LANES - 3)))  # [B, T, 128]
     k_meta = jnp.stack([segment, positions], 1).astype(jnp.int32)  # [B, 2, T]
     k_meta = jnp.pad(k_meta, ((0, 0), (0, _SUBLANES - 2), (0, 0)))  # [B, 8, T]
-    visible = row_visibility(segment, parent, positions, window, block=block)  # [B, A, A]
+    visible = row_visibility(mask, block=block)  # [B, A, A]
     first, last = visit_range(visible)  # [B, A]
     prefetch = (
         jnp.asarray(scale, jnp.float32).reshape(1),
@@ -294,28 +289,31 @@ def _run(q, k, v, segment, parent, positions, *, window, scale, softcap, block, 
     )(*prefetch, q5, k4, v4, q_meta, k_meta)
 
 
-def _padded(block: int, *xs: jax.Array) -> list[jax.Array]:
-    """[B, T, ...] arrays padded with zeros (segment 0: seen by nobody) to a multiple of `block`."""
-    pad = -xs[0].shape[1] % block
-    return [jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2)) if pad else a for a in xs]
+def _padded(block: int, q, k, v, mask: Mask) -> tuple[jax.Array, jax.Array, jax.Array, Mask]:
+    """q, k, v [B, T, ...] and the mask's [B, T] arrays padded with zeros (segment 0: seen by
+    nobody) to a multiple of `block`."""
+    pad = -q.shape[1] % block
+
+    def padded(a):
+        return jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2)) if pad else a
+
+    rows = (mask.segment, mask.parent, mask.positions)
+    return padded(q), padded(k), padded(v), Mask(*map(padded, rows), mask.window)
 
 
 def packed_state(
     q: Float["B T H E"],
     k: Float["B T G E"],
     v: Float["B T G E"],
-    segment: Int["B T"],
-    parent: Int["B T"],
-    positions: Int["B T"],
+    mask: Mask,
     *,
-    window: Int[""] | None,
     scale: Float[""],
     softcap: float | None,
     block: int = 128,
     interpret: bool | pltpu.InterpretParams = False,
 ) -> State:
     """The online-softmax state of each query over its row's own keys: m, total [B, G, X, T] and
-    acc [B, G, X, T, E], float32 (`attention._Online`'s convention).
+    acc [B, G, X, T, E], float32 (`mask.State`).
 
     `interpret` runs the kernel on any host: True, Pallas's interpreter (fast); a
     `pltpu.InterpretParams`, the TPU simulator (DMAs, uninitialised VMEM: slow, for small grids).
@@ -323,12 +321,11 @@ def packed_state(
     b, t, h, e = q.shape
     g = k.shape[2]
     x = h // g
-    padded = _padded(block, q, k, v, segment, parent, positions)
+    padded = _padded(block, q, k, v, mask)
     n = padded[0].shape[1] // block
     stats, acc = _run(
-        *padded, window=window, scale=scale, softcap=softcap, block=block,
-        interpret=interpret, finish=False,
-    )  # fmt: skip
+        *padded, scale=scale, softcap=softcap, block=block, interpret=interpret, finish=False
+    )
     # [B, G, A, X*Q] -> [B, G, X, T]
     stats = stats[:, :, :, :2].reshape(b, g, n, 2, x, block).transpose(3, 0, 1, 4, 2, 5)
     m, total = stats.reshape(2, b, g, x, n * block)[:, :, :, :, :t]
@@ -339,33 +336,28 @@ def packed_attention(
     q: Float["B T H E"],
     k: Float["B T G E"],
     v: Float["B T G E"],
-    segment: Int["B T"],
-    parent: Int["B T"],
-    positions: Int["B T"],
+    mask: Mask,
     *,
-    window: Int[""] | None,
     scale: Float[""],
     softcap: float | None,
     block: int = 128,
     init: State | None = None,
     interpret: bool | pltpu.InterpretParams = False,
 ) -> Float["B T H E"]:
-    """`attention.blocked_attend` on a TPU: packed rows' attention, continuing from `init` (an
+    """`blocked_attend` on a TPU: packed rows' attention under `mask`, continuing from `init` (an
     online-softmax state over keys seen before, [B, G, X, T] m and total, [B, G, X, T, E] acc)
     when given. Output in v's dtype; a query that saw nothing gets zeros."""
     b, t, h, e = q.shape
     if init is None:
-        padded = _padded(block, q, k, v, segment, parent, positions)
+        padded = _padded(block, q, k, v, mask)
         (out,) = _run(
-            *padded, window=window, scale=scale, softcap=softcap, block=block,
-            interpret=interpret, finish=True,
-        )  # fmt: skip
+            *padded, scale=scale, softcap=softcap, block=block, interpret=interpret, finish=True
+        )
         out = out[:, :, :, :t]  # [B, G, X, T, E]
     else:
         m1, total1, acc1 = packed_state(
-            q, k, v, segment, parent, positions, window=window, scale=scale,
-            softcap=softcap, block=block, interpret=interpret,
-        )  # fmt: skip
+            q, k, v, mask, scale=scale, softcap=softcap, block=block, interpret=interpret
+        )
         m0, total0, acc0 = init
         m = jnp.maximum(m0, m1)  # [B, G, X, T]
         c0, c1 = jnp.exp(m0 - m), jnp.exp(m1 - m)

@@ -1,5 +1,5 @@
 """Fused attention kernels for XLA:CPU: `cpu_attention.cc`, built once per machine and called as
-XLA FFI custom calls by the `cpu` attention backend (`attention_backend.CpuKernelAttention`):
+XLA FFI custom calls by the `cpu` attention backend (`jaxeval.models.attention.CpuAttention`):
 one-token decode steps and packed rows (scoring, a prefill's own keys).
 
 Why: XLA:CPU runs a decode step's attention as a loop of small ops per cache block and layer, at
@@ -10,19 +10,18 @@ separate ops over a [Q, Q] score block; the packed kernel keeps each task's scor
 scores, mask, online softmax and weighted values in registers, and its program has no loops to
 compile (docs/performance.md, "The fused CPU prefill and scoring attention").
 
-    cache_state(q [B, G, M, E], k [L, B, G, E, C], v [L, B, G, C, E], layer, bound [B], valid,
-                slot_pos, q_pos [B], window, scale, softcap) -> (m, total [B, G, M], acc [B, G, M, E])
+    cpu_decode_state(q [B, G, M, E], k [L, B, G, E, C], v [L, B, G, C, E], layer, bound [B],
+                     valid, slot_pos, q_pos [B], window, scale, softcap)
+        -> (m, total [B, G, M], acc [B, G, M, E])
 
-the online-softmax state over slots [0, bound[b]) (valid, within the window), which `cache_attend`
+the online-softmax state over slots [0, bound[b]) (valid, within the window), which the decoder
 folds the step's own key into;
 
-    packed(q [B, T, H, E], k, v [B, T, G, E], segment, parent, positions [B, T], window, scale,
-           softcap, init) -> out [B, T, H, E]
+    cpu_packed(q [B, T, H, E], k, v [B, T, G, E], mask, *, scale, softcap, init) -> out [B, T, H, E]
 
-`blocked_attend`'s finished output under the packing rule (`attention` module docstring), its
-online softmax starting from `init`. Whether a model uses them is chosen once, when it is loaded,
-by `jaxeval.models.attention_backend.select_attention` (the `cpu` backend); `JAXEVAL_CPU_ATTENTION`
-(`auto`, `on`, `off`, parsed by `mode()`) is the older spelling of `JAXEVAL_ATTENTION` it reads.
+`blocked_attend`'s finished output under the packing rule (`mask.Mask`), its online softmax
+starting from `init`. Whether a model uses them is chosen once, when it is loaded, by
+`jaxeval.models.attention.select_attention` (the `cpu` backend).
 
 The build: `$CXX` (else c++, g++ or clang++) `-O3 -march=native -ffp-contract=fast -shared -fPIC`
 against jaxlib's FFI headers, into `<cache_home>/kernels/` under a name hashing the source, the
@@ -50,30 +49,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxeval.errors import JaxevalError
+from jaxeval.ops.attention.mask import Mask, State
 from jaxeval.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
 TARGET = "jaxeval_decode_attention"
 PACKED_TARGET = "jaxeval_packed_attention"
-ENV = "JAXEVAL_CPU_ATTENTION"
-MODES = ("auto", "on", "off")
 SOURCE = Path(__file__).with_name("cpu_attention.cc")
 _FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-shared", "-fPIC", "-std=c++17")
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "ok": bool once a build was tried, "error": why it failed
 
 
-def mode() -> str:
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if value not in MODES:
-        raise JaxevalError(f"{ENV}={value!r} is not one of {', '.join(MODES)}")
-    return value
-
-
 def available() -> bool:
     """Whether the kernels are built and registered (builds them on the first call, once per
-    process); `jaxeval.models.attention_backend.select_attention` asks it when it chooses."""
+    process); `jaxeval.models.attention.select_attention` asks it when it chooses."""
     return _ensure_registered()
 
 
@@ -168,7 +159,7 @@ def _require() -> None:
         )
 
 
-def cache_state(q, k, v, layer, bound, valid, slot_pos, q_pos, window, scale, softcap):
+def cpu_decode_state(q, k, v, layer, bound, valid, slot_pos, q_pos, window, scale, softcap):
     """The kernel's online-softmax state (see the module docstring); float32 operands."""
     _require()
     b, g, m, e = q.shape
@@ -188,13 +179,14 @@ def cache_state(q, k, v, layer, bound, valid, slot_pos, q_pos, window, scale, so
     )  # fmt: skip
 
 
-def packed(q, k, v, segment, parent, positions, window, scale, softcap, init):
-    """`attention.blocked_attend`'s output (finished, [B, T, H, E] float32) in one fused pass:
-    each (row, kv head, 16 queries) walks the keys up to its last query in blocks of 128 with an
-    online softmax that starts from `init` ([B, G, X, T] max and sum, [B, G, X, T, E] values)."""
+def cpu_packed(q, k, v, mask: Mask, *, scale, softcap, init: State):
+    """`blocked_attend`'s output (finished, [B, T, H, E] float32) in one fused pass: each (row, kv
+    head, 16 queries) walks the keys up to its last query in blocks of 128 with an online softmax
+    that starts from `init` ([B, G, X, T] max and sum, [B, G, X, T, E] values)."""
     _require()
     b, t, h, e = q.shape
     g = k.shape[2]
+    segment, parent, positions, window = mask
     windowed = window is not None
     call = jax.ffi.ffi_call(
         PACKED_TARGET, jax.ShapeDtypeStruct((b, t, h, e), jnp.float32), vmap_method="sequential"
