@@ -20,8 +20,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxeval.kernels.decode_step import decode_step
 
+from jaxeval.kernels.decode_step import decode_step
 from jaxeval.models import load_model
 
 

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jaxeval.kernels.stop_match import append_token_bytes, empty_buffer, stop_found
 
+from jaxeval.kernels.stop_match import append_token_bytes, empty_buffer, stop_found
 from jaxeval.lm.generate.stops import (
     BUFFER_BYTES,
     cut_at_stops,

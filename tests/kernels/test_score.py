@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import Mesh
-from jaxeval.kernels.score import default_vocab_chunk, head_stats, score
 
+from jaxeval.kernels.score import default_vocab_chunk, head_stats, score
 from jaxeval.lm.encoding import truncate_request
 from jaxeval.lm.score.buckets import make_buckets
 from jaxeval.lm.score.planner import plan_score_batches
