@@ -10,6 +10,12 @@ give the same numbers, and so does this one, which needs no process pool):
     stderr = sample_stddev(replicates)
 
 The result depends on the order of `xs` (document order), exactly as in lm-eval.
+
+The replicates are computed a block at a time: the draws come from NumPy's copy of the same
+Mersenne Twister stream (`jaxeval.metrics.resample`), and mean, perplexity, weighted perplexity, bits
+per byte, median and nanmean are evaluated for a whole block with the same floating-point operations
+(`jaxeval.metrics.replicate_stats`); any other aggregation is called on each replicate's documents.
+`bootstrap_replicates_reference` is the one-draw-at-a-time loop above, kept as the reference.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from typing import Any
 
 from jaxeval.metrics.aggregations import acc_all_question_scores, mean
 from jaxeval.metrics.builtin import AGGREGATIONS
+from jaxeval.metrics.replicate_stats import block_statistic, replicate_lists_statistic
+from jaxeval.metrics.resample import BOOTSTRAP_CHUNK, replicate_index_blocks
 
 StderrFn = Callable[[Sequence[Any]], float]
 
@@ -31,7 +39,6 @@ BOOTSTRAPPED: frozenset[str] = frozenset(
 # Metrics (by metric name, as lm-eval keys it) whose bootstrap is capped at `BOOTSTRAP_CAP` iters.
 CAPPED_METRICS: frozenset[str] = frozenset({"bleu", "chrf", "chrf++", "ter"})
 BOOTSTRAP_CAP = 100
-BOOTSTRAP_CHUNK = 1000
 
 
 def sample_stddev(xs: Sequence[float]) -> float:
@@ -54,7 +61,23 @@ def acc_all_stderr(pairs: Sequence[tuple[Any, dict]]) -> float:
 
 
 def bootstrap_replicates(f: Callable[[list], float], xs: Sequence[Any], iters: int) -> list[float]:
-    """`iters // min(1000, iters)` chunks of resampled statistics, chunk i seeded with `Random(i)`."""
+    """`iters // min(1000, iters)` chunks of resampled statistics, chunk i seeded with `Random(i)`.
+
+    Equal, float for float, to `bootstrap_replicates_reference(f, xs, iters)`, block by block.
+    """
+    if iters < 1 or len(xs) == 0:  # lm-eval's own behaviour on these (errors included)
+        return bootstrap_replicates_reference(f, xs, iters)
+    statistic = block_statistic(f, xs) or replicate_lists_statistic(f, xs)
+    replicates: list[float] = []
+    for block in replicate_index_blocks(iters, len(xs)):
+        replicates.extend(statistic(block))
+    return replicates
+
+
+def bootstrap_replicates_reference(
+    f: Callable[[list], float], xs: Sequence[Any], iters: int
+) -> list[float]:
+    """lm-eval's loop, one `rnd.choices` per replicate: the reference for `bootstrap_replicates`."""
     chunk = min(BOOTSTRAP_CHUNK, iters)
     replicates = []
     for i in range(iters // chunk):

@@ -1,0 +1,219 @@
+"""Bootstrap statistics for a whole block of replicates at once, equal to the aggregation's own.
+
+A block holds one replicate per row, as document indices (`jaxeval.metrics.resample`). For the
+aggregations below, the statistic of every row comes out of a few NumPy calls, with the same
+floating-point operations in the same order as calling the aggregation on the row's documents:
+
+    aggregation                      per replicate (s = sum(values), w = sum(weights), n docs)
+    mean                             s / n
+    perplexity                       exp(-(s / n))
+    weighted_perplexity              exp(-(s / w))        over (loglikelihood, words or bytes)
+    bits_per_byte                    -(s / w) / ln 2      over (loglikelihood, bytes)
+    median                           sorted(docs)[n // 2]
+    nanmean                          np.nanmean(docs), NaN when every document is NaN
+
+**Sums.** Python 3.11's `sum` of floats adds left to right from 0.0. The row sums here add the
+drawn values in the same order (`sequential_row_sums`), with `exp`, the divisions and `ln 2` applied
+to Python floats afterwards, so the replicates are the very floats lm-eval computes. Python 3.12
+made `sum` of floats compensated (Neumaier); on such an interpreter (`SEQUENTIAL_FLOAT_SUM` is
+False) the sum-based statistics are not vectorised: each replicate's documents go through the
+aggregation itself (the indices stay vectorised), which is exact on any interpreter. `median` and
+`nanmean` do not use Python's `sum` and stay vectorised.
+
+**When the block path applies.** Only where exactness is certain; otherwise `block_statistic`
+returns None and the caller applies the aggregation to each replicate's documents:
+
+* sums: every value (and weight) is a Python float, int or bool, ints small enough that every
+  partial sum is exact in float64 (Python adds ints exactly, then converts);
+* median: one element type (float, int or bool), no NaN, not both 0.0 and -0.0 (equal floats are
+  then identical, so the middle element's value does not depend on how ties sort);
+* nanmean: every value a float (Python or NumPy float64), as `np.nanmean` then sees float64.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxeval.metrics import aggregations as agg
+
+# Python 3.11 and earlier add floats left to right; 3.12+ compensate (Neumaier) and return 1.0 here.
+SEQUENTIAL_FLOAT_SUM: bool = sum([1e16, 1.0, -1e16]) == 0.0
+
+BlockStatistic = Callable[[np.ndarray], list]
+_EXACT_INT = 2**53  # float64 holds every integer below this exactly
+_LN2 = math.log(2)
+
+
+class Scratch:
+    """Flat buffers reused from block to block, each viewed in the current block's shape, so that
+    equal-sized blocks touch the same memory instead of fresh pages every time."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def array(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """An uninitialised float64 array of `shape`, sharing memory with earlier calls by `name`."""
+        size = math.prod(shape)
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.size < size:
+            buffer = self._buffers[name] = np.empty(size, dtype=np.float64)
+        return buffer[:size].reshape(shape)
+
+
+def sequential_row_sums(
+    values: np.ndarray, block: np.ndarray, *, scratch: Scratch | None = None
+) -> np.ndarray:
+    """`sum(values[row])` for each row of `block`, as Python 3.11 adds floats: left to right from 0.
+
+    A reduction over the outer axis of a C-contiguous array adds its rows in order, each replicate
+    in a lane of its own: `((x0 + x1) + x2) + ...` (NumPy sums pairwise only along the contiguous
+    axis, so the drawn values are transposed first). Python starts from 0.0, which differs only for
+    a replicate of -0.0s alone (-0.0 here, 0.0 there); adding 0.0 turns -0.0 into 0.0 and changes
+    nothing else.
+    """
+    scratch = scratch or Scratch()
+    rows, n = block.shape
+    drawn = scratch.array("drawn", (rows, n))
+    values.take(block, out=drawn, mode="wrap")  # indices are in range; "wrap" is the fast path
+    by_document = scratch.array("by_document", (n, rows))  # row j: every replicate's j-th draw
+    np.copyto(by_document, drawn.T)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN, silently, as Python's sum
+        return np.add.reduce(by_document, axis=0) + 0.0
+
+
+def replicate_lists_statistic(f: Callable[[list], Any], xs: Sequence[Any]) -> BlockStatistic:
+    """`f` applied to each row's documents, as lists of the objects in `xs` (works for any `f`)."""
+    pick = xs.__getitem__
+
+    def statistic(block: np.ndarray) -> list:
+        return [f(list(map(pick, row))) for row in block.tolist()]
+
+    return statistic
+
+
+def _summable(values: Sequence[Any]) -> np.ndarray | None:
+    """`values` as float64 if a float64 running sum equals Python's `sum` on every resample."""
+    largest = 0
+    for x in values:
+        kind = type(x)
+        if kind is float:
+            continue
+        if kind is not int and kind is not bool:
+            return None
+        largest = max(largest, abs(x))
+    if largest * len(values) >= _EXACT_INT:
+        return None
+    return np.array(values, dtype=np.float64)
+
+
+def _mean_based(finish: Callable[[float, int], float]) -> Callable:
+    def build(f: Callable, xs: Sequence[Any]) -> BlockStatistic | None:
+        values = _summable(xs) if SEQUENTIAL_FLOAT_SUM else None
+        if values is None:
+            return None
+        n = len(xs)
+        scratch = Scratch()
+
+        def statistic(block: np.ndarray) -> list:
+            sums = sequential_row_sums(values, block, scratch=scratch).tolist()
+            return [finish(s, n) for s in sums]
+
+        return statistic
+
+    return build
+
+
+def _weighted(finish: Callable[[float, float], float]) -> Callable:
+    def build(f: Callable, pairs: Sequence[Any]) -> BlockStatistic | None:
+        if not SEQUENTIAL_FLOAT_SUM:
+            return None
+        if not all(type(p) in (tuple, list) and len(p) == 2 for p in pairs):
+            return None
+        values = _summable([p[0] for p in pairs])
+        weights = _summable([p[1] for p in pairs])
+        if values is None or weights is None:
+            return None
+        one_by_one = replicate_lists_statistic(f, pairs)
+        scratch = Scratch()
+
+        def statistic(block: np.ndarray) -> list:
+            s = sequential_row_sums(values, block, scratch=scratch).tolist()
+            w = sequential_row_sums(weights, block, scratch=scratch).tolist()
+            out = []
+            for r, (sv, sw) in enumerate(zip(s, w)):
+                # A zero total weight raises in the aggregation: let it, with its own message.
+                out.append(finish(sv, sw) if sw != 0 else one_by_one(block[r : r + 1])[0])
+            return out
+
+        return statistic
+
+    return build
+
+
+def _median(f: Callable, xs: Sequence[Any]) -> BlockStatistic | None:
+    kinds = {type(x) for x in xs}
+    if len(kinds) != 1 or not kinds <= {float, int, bool}:
+        return None
+    if float in kinds:
+        if any(x != x for x in xs):
+            return None
+        if len({math.copysign(1.0, x) for x in xs if x == 0}) > 1:
+            return None
+    order = sorted(range(len(xs)), key=xs.__getitem__)  # stable, as `sorted(replicate)` is
+    # The narrowest integer type that holds every rank: np.partition runs 2x faster on int16.
+    rank = np.empty(len(xs), dtype=np.min_scalar_type(-len(xs)))
+    rank[order] = np.arange(len(xs))
+    middle = len(xs) // 2
+
+    def statistic(block: np.ndarray) -> list:
+        # The middle rank of a row is a document whose value is the row's middle value.
+        ranks = rank.take(block, mode="wrap")
+        kth = np.partition(ranks, middle, axis=1)[:, middle]
+        return [xs[order[k]] for k in kth.tolist()]
+
+    return statistic
+
+
+def _nanmean(f: Callable, xs: Sequence[Any]) -> BlockStatistic | None:
+    if not all(type(x) is float or type(x) is np.float64 for x in xs):
+        return None
+    values = np.array(xs, dtype=np.float64)
+    scratch = Scratch()
+
+    def statistic(block: np.ndarray) -> list:
+        # np.nanmean of a float row: NaNs set to 0, np.sum of the row (pairwise along the
+        # contiguous axis, as for a 1-D array), divided by the count of the others.
+        drawn = scratch.array("drawn", block.shape)
+        values.take(block, out=drawn, mode="wrap")
+        missing = np.isnan(drawn)
+        counts = np.sum(~missing, axis=1, dtype=np.intp)
+        np.copyto(drawn, 0.0, where=missing)
+        totals = np.add.reduce(drawn, axis=1)
+        with np.errstate(invalid="ignore"):  # all-NaN rows: 0 / 0, replaced below
+            means = list(totals / counts)  # float64 scalars, as np.nanmean returns
+        for r in np.flatnonzero(counts == 0).tolist():
+            means[r] = np.nan
+        return means
+
+    return statistic
+
+
+_BUILDERS: dict[Callable, Callable] = {
+    agg.mean: _mean_based(lambda s, n: s / n),
+    agg.perplexity: _mean_based(lambda s, n: math.exp(-(s / n))),
+    agg.weighted_perplexity: _weighted(lambda s, w: math.exp(-(s / w))),
+    agg.bits_per_byte: _weighted(lambda s, w: -(s / w) / _LN2),
+    agg.median: _median,
+    agg.nanmean: _nanmean,
+}
+
+
+def block_statistic(f: Callable, xs: Sequence[Any]) -> BlockStatistic | None:
+    """The vectorised statistic for aggregation `f` (matched by identity) over documents `xs`, or
+    None when `f` has none or `xs` holds values it cannot reproduce exactly (see the module doc)."""
+    build = _BUILDERS.get(f)
+    return None if build is None else build(f, xs)
