@@ -33,6 +33,7 @@ from jaxeval.cli.report import ReportCommand
 from jaxeval.cli.run import RunCommand
 from jaxeval.cli.startup import hide_torch_from_transformers
 from jaxeval.cli.validate import ValidateCommand
+from jaxeval.platform.tpu_host import quiet_absent_tpu
 
 __all__ = ["COMMANDS", "SUBCOMMANDS", "Subcommand", "entry", "main"]
 
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> int:
     """The `jaxeval` command and `python -m jaxeval`: a process of its own, so transformers is told
-    first that torch is absent (`jaxeval.cli.startup`), then `main` runs."""
+    first that torch is absent (`jaxeval.cli.startup`) and libtpu that no TPU is attached where none
+    is (`jaxeval.platform.tpu_host`), then `main` runs."""
     hide_torch_from_transformers()
+    quiet_absent_tpu()
     return main()

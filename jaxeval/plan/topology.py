@@ -23,6 +23,7 @@ import os
 from typing import Any
 
 from jaxeval.errors import JaxevalError
+from jaxeval.platform.tpu_host import quiet_absent_tpu
 
 INSTALL_HINT = 'install libtpu: pip install "jax[tpu]==<your jax version>" (or "jaxeval[tpu]")'
 
@@ -126,6 +127,7 @@ def topology_devices(name: str) -> list[Any]:
         raise JaxevalError(
             f"compiling for {topo.name} needs libtpu, which is not installed", hint=INSTALL_HINT
         )
+    quiet_absent_tpu()  # a CPU host: no libtpu start-up errors
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "true")
     from jax.experimental.topologies import get_topology_desc
