@@ -277,6 +277,7 @@ def simple_evaluate(
         np.random.seed(numpy_random_seed)
     if isinstance(gen_kwargs, str):
         gen_kwargs = parse_model_args(gen_kwargs, "gen_kwargs") or None
+    preflight.warn_chat_model_without_template(model_args, apply_chat_template)
     if task_manager is None:
         meta = (
             parse_model_args(model_args) if isinstance(model_args, str) else dict(model_args or {})

@@ -1,7 +1,8 @@
 """Checks that run before the model loads, so a bad run fails in seconds instead of after hours.
 
-    jaxeval run ... --output_path out/           check_output_path: every folder it will write is
-                                                  creatable and writable (probed with a temp file)
+    jaxeval run ... --output_path out/           check_output_path: the exact folder it will write
+                                                  (out/<model>/) is writable or creatable (probed
+                                                  with a temporary file; nothing is created)
     --gen_kwargs temperature=hot                  check_generation_kwargs: each generation task's
                                                   merged kwargs pass lm-eval's rules (typed values)
     --limit, few-shot pools, templates            check_tasks: the limit fits, the pool holds
@@ -14,6 +15,7 @@ Each failure is a `JaxevalError` (one paragraph, exit code 2), and no results fi
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import tempfile
@@ -24,6 +26,7 @@ from jaxeval.api.task_manager import builtin_task_dir
 from jaxeval.api.yaml_loader import load_yaml
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.generate.kwargs import normalize
+from jaxeval.results.files import model_name, sanitize_model_name
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -60,8 +63,13 @@ def check_writable_dir(folder: Path, *, field: str, hint: str) -> None:
         )
 
 
-def check_output_path(output_path: str | None) -> None:
-    """The folders `jaxeval.results.files.save_results` will write: `P/<model>/` or, for `P.json`, P's."""
+def check_output_path(output_path: str | None, model_args: Any = None) -> None:
+    """The folder `jaxeval.results.files.save_results` will write: `P/<model>/` (the model's name
+    from `model_args`, as the save names it) or, for `P.json`, P's folder. It must exist and take
+    a file, or be creatable (nothing is created here).
+
+    out/ with out/__models__tiny a file -> error: a file is where the results folder goes
+    """
     if not output_path:
         return
     path = Path(output_path)
@@ -84,7 +92,15 @@ def check_output_path(output_path: str | None) -> None:
             hint="name a folder (results go to <folder>/<model>/results_<date>.json)"
             " or a new .json file name",
         )
-    check_writable_dir(path, field="output_path", hint=hint)
+    folder = path / sanitize_model_name(model_name(model_args)) if model_args else path
+    if folder != path and folder.exists() and not folder.is_dir():
+        raise JaxevalError(
+            f"a file is where the results folder {folder} goes (<output_path>/<model name>)",
+            file=str(folder),
+            field="output_path",
+            hint="move that file away, or give --output_path another folder",
+        )
+    check_writable_dir(folder, field="output_path", hint=hint)
 
 
 def check_generation_kwargs(tasks: dict[str, Any]) -> None:
@@ -188,3 +204,30 @@ def explain_unknown_task(error: JaxevalError, task_manager: Any) -> JaxevalError
         field=error.field,
         hint="fix those files (the first error of each is shown above)",
     )
+
+
+CHAT_LOG = logging.getLogger("jaxeval.chat_template")
+CHAT_MARKERS = ("inst", "chat")  # lm-eval's test for an instruct or chat checkpoint
+
+
+def warn_chat_model_without_template(model_args: Any, apply_chat_template: bool | str) -> bool:
+    """lm-eval's one-line warning when a model argument names an instruct or chat checkpoint
+    (any value containing "inst" or "chat", case-insensitive, as lm-eval tests) and no chat
+    template is applied; True if it warned."""
+    if apply_chat_template:
+        return False
+    if isinstance(model_args, str):
+        values = [model_args]
+    elif isinstance(model_args, dict):
+        values = [str(v) for v in model_args.values()]
+    else:
+        return False
+    if not any(m in v.lower() for v in values for m in CHAT_MARKERS):
+        return False
+    name = model_args.get("pretrained") if isinstance(model_args, dict) else model_args
+    CHAT_LOG.warning(
+        "%s looks like an instruct or chat model, but no chat template is applied: add "
+        "--apply_chat_template (and --fewshot_as_multiturn for few-shot) to prompt it as a chat",
+        name,
+    )
+    return True

@@ -21,6 +21,7 @@ import time
 from importlib import resources
 
 import jaxeval
+from jaxeval import preflight
 from jaxeval.demo import fetch
 from jaxeval.demo.tiny import train_tokenizer, write_tiny_llama
 from jaxeval.errors import JaxevalError
@@ -127,14 +128,21 @@ def run_demo(
     model_args, description, real = _model(model_dir, tiny)
     if mesh:
         model_args += f",mesh={mesh}"
-    results = jaxeval.simple_evaluate(
-        model="jax",
-        model_args=model_args,
-        tasks=["jaxeval_demo"],
-        bootstrap_iters=1000,
-        log_samples=log_samples,
-        limit=limit,
-    )
+    # the demo compares with lm-eval's scores of the same rows without a chat template, so the
+    # run's advice to apply one (SmolLM2 is an Instruct model) is not for it
+    chat_log, quiet = preflight.CHAT_LOG, preflight.CHAT_LOG.disabled
+    chat_log.disabled = True
+    try:
+        results = jaxeval.simple_evaluate(
+            model="jax",
+            model_args=model_args,
+            tasks=["jaxeval_demo"],
+            bootstrap_iters=1000,
+            log_samples=log_samples,
+            limit=limit,
+        )
+    finally:
+        chat_log.disabled = quiet
     results["config"]["model_args"] = model_args
     lines = [
         f"jaxeval demo: {description}, {time.time() - start:.1f}s end to end",
