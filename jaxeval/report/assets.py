@@ -14,15 +14,24 @@ h1 { font-size: 24px; margin: 4px 0; } h2 { font-size: 19px; margin: 30px 0 8px;
      border-bottom: 2px solid var(--line); padding-bottom: 4px; }
 h3 { font-size: 15px; margin: 18px 0 6px; }
 .muted, .tick { color: var(--muted); }
-nav a { margin-right: 14px; }
+nav, .legend { display: flex; flex-wrap: wrap; gap: 4px 16px; }
+.scroll { max-width: 100%; overflow-x: auto; margin: 6px 0 12px; }
 table { border-collapse: collapse; margin: 6px 0 12px; }
+.scroll > table { margin: 0; }
 th, td { border-bottom: 1px solid var(--line); padding: 3px 9px; text-align: left;
          vertical-align: top; }
 th { background: var(--bg-alt); font-weight: 600; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.best { font-weight: 700; }
-table.runs td:nth-child(-n+4) { white-space: nowrap; }
-table.runs td.file { word-break: break-all; min-width: 220px; }
+table.runs { width: 100%; }
+table.runs td { overflow-wrap: break-word; }
+table.runs td.path { max-width: 240px; } table.runs td.settings { max-width: 220px; }
+table.runs td.date { white-space: nowrap; }
+table.results th.run { overflow-wrap: break-word; }
+table.results th, table.results td { padding: 3px 6px; }
+td.value { white-space: normal; } td.value .v, td.value .se { white-space: nowrap; }
+td.value .se { color: var(--muted); }
+table.runs th:first-child { width: 12em; }
 tr.sig td { background: var(--sig); }
 .swatch { display: inline-block; width: 12px; height: 12px; border-radius: 2px;
           margin-right: 6px; vertical-align: -1px; }
@@ -33,7 +42,7 @@ svg .tick { font-size: 10px; fill: var(--muted); }
 svg .value { font-size: 10px; fill: var(--fg); }
 svg .grid { stroke: #eceff4; } svg .axis { stroke: #9aa3b1; }
 svg .err line { stroke: #222; stroke-width: 1.3; }
-.legend span { margin-right: 16px; white-space: nowrap; }
+.legend span { overflow-wrap: anywhere; }
 details.task { border: 1px solid var(--line); border-radius: 6px; margin: 8px 0;
                padding: 4px 10px; }
 details.task > summary { cursor: pointer; font-weight: 600; padding: 4px 0; }

@@ -5,9 +5,18 @@
     -> flips doc 1 (A wrong, B right) and doc 2 (A right, B wrong); McNemar b = 1, c = 1, p = 1.0
 
 Documents pair by (filter, doc_id) and must have the same `doc_hash` (else they are different
-documents: a changed dataset or --samples; they are left out and a note says how many). Metrics
-whose per-document value is not one number (perplexities: a (loglikelihood, length) pair) get no
-test.
+documents: a changed dataset or --samples; they are left out and a note says how many).
+Perplexities and bits_per_byte get no test: they are corpus-level numbers (exp of minus the summed
+loglikelihood over the summed length), not means of per-document values (a document's value is
+its loglikelihood, or a (loglikelihood, length) pair). Nor does any metric whose per-document
+value is not one number.
+
+A multiple-choice pick is the choice with the highest loglikelihood for acc, and with the highest
+loglikelihood per character of the choice for acc_norm (lm-eval's `lls / completion_len`, the
+length of the choice without the target delimiter):
+
+    choices " Paris" (ll -6.0, 5 characters), " the city of Paris" (ll -9.0, 17)
+    -> acc's pick 0 (-6.0 > -9.0), acc_norm's pick 1 (-9.0 / 17 = -0.53 > -6.0 / 5 = -1.2)
 """
 
 from __future__ import annotations
@@ -19,6 +28,11 @@ from typing import Any
 from jaxeval.errors import JaxevalError
 from jaxeval.report.load import Run
 from jaxeval.report.stats import mcnemar_exact, paired_t
+
+# Corpus-level metrics: no paired test; the first three are drawn on a log axis (html.py).
+PERPLEXITIES = ("perplexity", "word_perplexity", "byte_perplexity")
+CORPUS_LEVEL = (*PERPLEXITIES, "bits_per_byte")
+_CORPUS_AGGREGATIONS = ("perplexity", "weighted_perplexity", "bits_per_byte")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,13 +55,16 @@ class PairedMetric:
 
 @dataclasses.dataclass(frozen=True)
 class Answer:
-    """One run's answer to a document: its pick among the choices (and each choice's
-    loglikelihood), or the text it generated (`raw`: before the filter)."""
+    """One run's answer to a document: its picks among the choices (`pick` by loglikelihood, as
+    acc; `pick_norm` by loglikelihood per character, as acc_norm: module docstring) with the
+    scores behind them, or the text it generated (`raw`: before the filter)."""
 
     text: str
     pick: int | None = None
     scores: tuple[float, ...] = ()
     raw: str | None = None
+    pick_norm: int | None = None
+    norm_scores: tuple[float, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,14 +124,40 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def answer_of(row: dict[str, Any], output_type: str | None) -> Answer:
+def is_corpus_level(run: Run, task: str, metric: str) -> bool:
+    """A perplexity or bits_per_byte, by name or by the aggregation the task names."""
+    return metric in CORPUS_LEVEL or run.aggregation(task, metric) in _CORPUS_AGGREGATIONS
+
+
+def choice_lengths(row: dict[str, Any], delimiter: str = " ") -> tuple[int, ...]:
+    """Each choice's length in characters, as acc_norm divides by: the continuation without the
+    target delimiter. () when the choices are contexts (one continuation for all, as winogrande)."""
+    args = _arguments(row)
+    continuations = [str(a[1]) for a in args if len(a) > 1]
+    if len(continuations) != len(args):
+        return ()
+    if len(args) > 1 and len(set(continuations)) == 1 and len({str(a[0]) for a in args}) > 1:
+        return ()
+    return tuple(len(c.removeprefix(delimiter)) for c in continuations)
+
+
+def _argmax(values: tuple[float, ...]) -> int:
+    return max(range(len(values)), key=values.__getitem__)  # the first of ties, as np.argmax
+
+
+def answer_of(row: dict[str, Any], output_type: str | None, delimiter: str = " ") -> Answer:
     """What a run answered, from a sample's `filtered_resps` (strings once saved)."""
     filtered = row.get("filtered_resps") or []
     resps = row.get("resps") or []
     if output_type == "multiple_choice" and filtered:
         scores = tuple(float(f[0]) for f in filtered)
-        pick = max(range(len(scores)), key=scores.__getitem__)
-        return Answer(f"choice {pick}", pick, scores)
+        pick = _argmax(scores)
+        lengths = choice_lengths(row, delimiter)
+        norm: tuple[float, ...] = ()
+        if len(lengths) == len(scores) and all(lengths):
+            norm = tuple(s / n for s, n in zip(scores, lengths))
+        pick_norm = _argmax(norm) if norm else None
+        return Answer(f"choice {pick}", pick, scores, pick_norm=pick_norm, norm_scores=norm)
     if output_type == "loglikelihood" and filtered:
         loglik, greedy = filtered[0][0], filtered[0][1]
         return Answer(
@@ -125,7 +168,9 @@ def answer_of(row: dict[str, Any], output_type: str | None) -> Answer:
     return Answer(text, raw=raw)
 
 
-def _flip(task: str, output_type: str | None, ra: dict, rb: dict, changed: list) -> Flip:
+def _flip(
+    task: str, output_type: str | None, delimiter: str, ra: dict, rb: dict, changed: list
+) -> Flip:
     args = _arguments(ra)
     choices = tuple(str(a[1]) for a in args) if output_type == "multiple_choice" else ()
     target = str(ra.get("target", ""))
@@ -143,8 +188,8 @@ def _flip(task: str, output_type: str | None, ra: dict, rb: dict, changed: list)
         choices=choices,
         gold=gold,
         target=target,
-        a=answer_of(ra, output_type),
-        b=answer_of(rb, output_type),
+        a=answer_of(ra, output_type, delimiter),
+        b=answer_of(rb, output_type, delimiter),
         changed=tuple(changed),
     )
 
@@ -178,6 +223,7 @@ def compare_runs(a: Run, b: Run) -> Comparison:
             )
             continue
         output_type = a.output_type(task) or b.output_type(task)
+        delimiter = a.target_delimiter(task)
         rows_b = {(r.get("filter", "none"), r["doc_id"]): r for r in b.samples[task]}
         paired: list[tuple[dict, dict]] = []
         other_docs = 0
@@ -196,11 +242,15 @@ def compare_runs(a: Run, b: Run) -> Comparison:
             )
         values: dict[tuple[str, str], list[tuple[float, float]]] = {}
         not_scalar: set[str] = set()
+        corpus: set[str] = set()
         task_flips = []
         for ra, rb in paired:
             flt = str(ra.get("filter", "none"))
             changed = []
             for metric, va in ra["values"].items():
+                if is_corpus_level(a, task, metric) or is_corpus_level(b, task, metric):
+                    corpus.add(metric)
+                    continue
                 x, y = _number(va), _number(rb["values"].get(metric))
                 if x is None or y is None:
                     not_scalar.add(metric)
@@ -209,7 +259,7 @@ def compare_runs(a: Run, b: Run) -> Comparison:
                 if x != y and x in (0.0, 1.0) and y in (0.0, 1.0):
                     changed.append((metric, x, y))
             if changed:
-                task_flips.append(_flip(task, output_type, ra, rb, changed))
+                task_flips.append(_flip(task, output_type, delimiter, ra, rb, changed))
         binary = set()
         for (metric, flt), pairs in values.items():
             if metric in not_scalar:
@@ -218,10 +268,16 @@ def compare_runs(a: Run, b: Run) -> Comparison:
             metrics.append(result)
             if result.test == "McNemar exact":
                 binary.add(metric)
+        if corpus:
+            notes.append(
+                f"{task}: {', '.join(sorted(corpus))}: computed from all the documents' "
+                "loglikelihoods at once, not a mean of per-document values, so there is no "
+                "paired test"
+            )
         if not_scalar:
             notes.append(
-                f"{task}: {', '.join(sorted(not_scalar))}: a document's value is not one number "
-                "(perplexities: a loglikelihood and a length), so there is no paired test"
+                f"{task}: {', '.join(sorted(not_scalar))}: a document's value is not one number, "
+                "so there is no paired test"
             )
         task_flips = [
             dataclasses.replace(f, changed=tuple(c for c in f.changed if c[0] in binary))

@@ -1,11 +1,16 @@
 """`jaxeval report`'s page: one self-contained HTML file (inline CSS, script and SVG).
 
-Runs          label, engine, model, date, step, tasks, file
+Runs          label, engine, model, settings, date, step, tasks, samples, file (long paths
+              wrap; the whole path on hover)
 Results       lm-eval's table (Tasks|Version|Filter|n-shot|Metric|↑↓|Value ± Stderr), one
               Value ± Stderr column per run, the best value of a row in bold
-Charts        per task, a bar chart per metric and filter: one bar per run, ±stderr whiskers
+Charts        per task, a bar chart per metric and filter: one bar per run, ±stderr whiskers;
+              perplexities on a log axis
 Curves        when runs are checkpoints of one training run (a step each): metric against step
 A vs B        the baseline against each other run: paired tests and the documents that changed
+
+Wide tables scroll inside their own box (`div.scroll`), so the page itself never gets wider than
+the window.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from jaxeval.report.assets import CSS, ERROR_HOOK, MAIN
-from jaxeval.report.compare import Comparison, compare_runs, shared_tasks
-from jaxeval.report.html_compare import comparison_html
+from jaxeval.report.compare import PERPLEXITIES, Comparison, compare_runs, shared_tasks
+from jaxeval.report.html_compare import comparison_html, scroll
+from jaxeval.report.labels import model_path_of, settings_of, short_names
 from jaxeval.report.load import Run
 from jaxeval.report.svg import PALETTE, Bar, Line, bar_chart, line_chart
 from jaxeval.results.files import HIGHER_IS_BETTER_SYMBOLS, atomic_write, table_order
@@ -77,9 +83,10 @@ def _first(runs: list[Run], field: str, task: str) -> str:
 
 def results_table(runs: list[Run], column: str = "results") -> str:
     head = "Groups" if column == "groups" else "Tasks"
-    cells = "".join(f"<th colspan='3'>{escape(r.label)}</th>" for r in runs)
+    cells = "".join(f"<th class='run'>{breakable(r.label)}</th>" for r in runs)
     out = [
-        f"<table class='results' data-column='{column}'><thead><tr><th>{head}</th><th>Version</th>"
+        f"<div class='scroll'><table class='results' data-column='{column}'><thead><tr>"
+        f"<th>{head}</th><th>Version</th>"
         f"<th>Filter</th><th>n-shot</th><th>Metric</th><th></th>{cells}</tr></thead><tbody>"
     ]
     last = None
@@ -102,20 +109,24 @@ def results_table(runs: list[Run], column: str = "results") -> str:
         ]
         for (value, stderr), number in zip(values, numbers_):
             if value is None:
-                row.append("<td class='num'></td><td></td><td class='num'></td>")
+                row.append("<td class='num'></td>")
                 continue
             cls = " best" if best is not None and number == best else ""
             shown = f"{number:.4f}" if number is not None else escape(str(value))
             se = _number(stderr)
             se_text = f"{se:.4f}" if se is not None else escape(str(stderr or ""))
-            row.append(
-                f"<td class='num{cls}'>{shown}</td><td>{'±' if stderr is not None else ''}</td>"
-                f"<td class='num'>{se_text}</td>"
-            )
+            se_html = f" <span class='se'>± {se_text}</span>" if stderr is not None else ""
+            row.append(f"<td class='num value{cls}'><span class='v'>{shown}</span>{se_html}</td>")
         out.append(f"<tr data-task='{escape(task)}'>{''.join(row)}</tr>")
         last = task
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
+
+
+def log_axis(metric: str) -> bool:
+    """Perplexities are drawn on a log axis: one large value would flatten the others.
+    bits_per_byte stays linear: it is a logarithm already (log2 of the byte perplexity)."""
+    return metric in PERPLEXITIES
 
 
 def _colors(runs: list[Run]) -> dict[str, str]:
@@ -143,7 +154,7 @@ def charts(runs: list[Run]) -> str:
                 bars.append(Bar(run.label, float(value), _number(stderr), colors[run.label]))
         if bars:
             title = metric if flt in ("none", "") else f"{metric} ({flt})"
-            by_task.setdefault(task, []).append(bar_chart(title, bars))
+            by_task.setdefault(task, []).append(bar_chart(title, bars, log=log_axis(metric)))
     for task, svgs in by_task.items():
         out.append(
             f"<h3>{escape(task)}</h3><div class='charts' data-task='{escape(task)}'>"
@@ -163,6 +174,7 @@ def curves(runs: list[Run]) -> str:
     if not series:
         return ""
     colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
+    names = short_names(list(series))
     out = []
     for task, _, metric, flt in metric_keys([r for rs in series.values() for r in rs]):
         lines = []
@@ -173,35 +185,76 @@ def curves(runs: list[Run]) -> str:
                 if _number(value) is not None:
                     points.append((float(run.step), float(value), _number(stderr)))
             if points:
-                lines.append(Line(name, colors[name], points))
+                lines.append(Line(names[name], colors[name], points))
         if any(len(line.points) > 2 for line in lines):
             title = f"{task} · {metric}" + ("" if flt in ("none", "") else f" ({flt})")
-            out.append(line_chart(title, lines))
+            out.append(line_chart(title, lines, log=log_axis(metric)))
     keys = "".join(
-        f"<span><i class='swatch' style='background:{colors[n]}'></i>{escape(n)}</span>"
+        f"<span title='{escape(n)}'><i class='swatch' style='background:{colors[n]}'></i>"
+        f"{escape(names[n])}</span>"
         for n in series
     )
     return f"<p class='legend'>{keys}</p><div class='charts'>{''.join(out)}</div>"
 
 
+def breakable(text: str) -> str:
+    """`text` escaped, with a line-break opportunity after each "/", "_" and "·"."""
+    out = escape(text)
+    for mark in ("/", "_", "·"):
+        out = out.replace(mark, mark + "<wbr>")
+    return out
+
+
+def _path_cell(text: str, shown: str, cls: str = "") -> str:
+    """A table cell showing `shown`, the whole `text` on hover."""
+    return f"<td class='{cls}' title='{escape(text)}'>{breakable(shown)}</td>"
+
+
+def _date(date_id: str) -> str:
+    """2025-06-01T09-30-00.000001 -> 2025-06-01 09:30:00."""
+    day, _, time = date_id.partition("T")
+    return f"{day} {time.split('.')[0].replace('-', ':')}" if time else date_id
+
+
+def _file(path: str, folder_chars: int = 24) -> str:
+    """A results file as results_<date>.json under the end of its folder's name."""
+    folder, _, name = path.rpartition("/")
+    folder = folder.rsplit("/", 1)[-1]
+    if len(folder) > folder_chars:
+        folder = "…" + folder[-folder_chars:]
+    return f"{folder}/{name}" if folder else name
+
+
+def _settings(run: Run) -> str:
+    """n-shot, limit, model arguments but the model's name, chat template: what the run ran with."""
+    texts = settings_of(run.results).values()
+    return ", ".join(t for t in texts if t and t not in ("all documents", "no chat template"))
+
+
 def runs_table(runs: list[Run]) -> str:
     colors = _colors(runs)
+    paths = [model_path_of(r.results) for r in runs]
+    models = short_names(paths)
     rows = []
-    for run in runs:
+    for run, path in zip(runs, paths):
         version = run.results.get("jaxeval_version") or run.results.get("lm_eval_version") or ""
         n_samples = sum(len(v) for v in run.samples.values())
+        file = str(run.results_file)
         rows.append(
-            f"<tr><td><i class='swatch' style='background:{colors[run.label]}'></i>"
-            f"{escape(run.label)}</td><td>{escape(run.engine)} {escape(str(version))}</td>"
-            f"<td>{escape(run.model)}</td><td>{escape(run.date)}</td>"
+            f"<tr><td class='label'><i class='swatch' style='background:{colors[run.label]}'></i>"
+            f"{breakable(run.label)}</td><td>{escape(run.engine)} {escape(str(version))}</td>"
+            f"{_path_cell(path, models[path], 'path')}"
+            f"<td class='settings'>{escape(_settings(run))}</td>"
+            f"<td class='date' title='{escape(run.date)}'>{escape(_date(run.date))}</td>"
             f"<td class='num'>{'' if run.step is None else run.step}</td>"
             f"<td>{escape(', '.join(run.tasks))}</td><td class='num'>{n_samples}</td>"
-            f"<td class='muted file'>{escape(str(run.results_file))}</td></tr>"
+            f"{_path_cell(file, _file(file), 'muted path file')}</tr>"
         )
-    return (
-        "<table class='runs'><thead><tr><th>Run</th><th>Engine</th><th>Model</th><th>Date</th>"
-        "<th>Step</th><th>Tasks</th><th>Samples</th><th>File</th></tr></thead><tbody>"
-        f"{''.join(rows)}</tbody></table>"
+    return scroll(
+        "<table class='runs'><thead><tr><th>Run</th><th>Engine</th><th>Model</th>"
+        "<th>Settings</th><th>Date</th><th>Step</th><th>Tasks</th><th>Samples</th>"
+        "<th>File</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
 

@@ -16,6 +16,11 @@ from jaxeval.report.svg import fmt
 PROMPT_TAIL = 1200  # characters of a long prompt shown before "show all"
 
 
+def scroll(table: str) -> str:
+    """A wide table scrolls in its own box instead of widening the page."""
+    return f"<div class='scroll'>{table}</div>"
+
+
 def _p(p: float) -> str:
     return "< 0.0001" if p < 1e-4 else f"{p:.4f}"
 
@@ -41,7 +46,8 @@ def tests_table(c: Comparison, scope: str) -> str:
         return "<p class='muted'>No per-document values to test (no shared samples).</p>"
     return (
         f"<label><input type='checkbox' class='sig-only' data-scope='{scope}'> only p &lt; 0.05"
-        f"</label><table id='{scope}'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+        "</label>"
+        + scroll(f"<table id='{scope}'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")
     )
 
 
@@ -54,25 +60,41 @@ def _prompt(text: str) -> str:
     )
 
 
+def _score_cells(
+    i: int, scores: tuple[float, ...], pick: int | None, run: str, marked: bool
+) -> str:
+    value = scores[i] if i < len(scores) else None
+    picked = marked and i == pick
+    cls = f" pick-{run.lower()}" if picked else ""
+    mark = f" ◀ {run}" if picked else ""
+    return f"<td class='num{cls}'>{'' if value is None else f'{value:.3f}'}{mark}</td>"
+
+
 def _choices(flip: Flip) -> str:
+    """The choices with each run's scores; the picks marked in the columns of the metric that
+    changed: loglikelihood for acc, loglikelihood per character for acc_norm."""
+    changed = {name for name, _, _ in flip.changed}
+    norm = "acc_norm" in changed and bool(flip.a.norm_scores) and bool(flip.b.norm_scores)
+    raw_marked = "acc" in changed or not norm
+    head = "<th>#</th><th>choice</th><th>A loglik</th><th>B loglik</th>"
+    if norm:
+        head += "<th>A loglik / char</th><th>B loglik / char</th>"
     rows = []
     for i, choice in enumerate(flip.choices):
         gold = " <span class='gold'>✓ gold</span>" if i == flip.gold else ""
-        a = flip.a.scores[i] if i < len(flip.a.scores) else None
-        b = flip.b.scores[i] if i < len(flip.b.scores) else None
-        a_cls = " pick-a" if i == flip.a.pick else ""
-        b_cls = " pick-b" if i == flip.b.pick else ""
-        a_mark = " ◀ A" if i == flip.a.pick else ""
-        b_mark = " ◀ B" if i == flip.b.pick else ""
-        rows.append(
-            f"<tr><td class='num'>{i}</td><td>{escape(choice)}{gold}</td>"
-            f"<td class='num{a_cls}'>{'' if a is None else f'{a:.3f}'}{a_mark}</td>"
-            f"<td class='num{b_cls}'>{'' if b is None else f'{b:.3f}'}{b_mark}</td></tr>"
+        cells = _score_cells(i, flip.a.scores, flip.a.pick, "A", raw_marked)
+        cells += _score_cells(i, flip.b.scores, flip.b.pick, "B", raw_marked)
+        if norm:
+            cells += _score_cells(i, flip.a.norm_scores, flip.a.pick_norm, "A", True)
+            cells += _score_cells(i, flip.b.norm_scores, flip.b.pick_norm, "B", True)
+        rows.append(f"<tr><td class='num'>{i}</td><td>{escape(choice)}{gold}</td>{cells}</tr>")
+    note = ""
+    if norm:
+        note = (
+            "<p class='muted'>acc picks the highest loglikelihood; acc_norm the highest "
+            "loglikelihood per character of the choice.</p>"
         )
-    return (
-        "<table class='choices'><tr><th>#</th><th>choice</th><th>A loglik</th><th>B loglik</th>"
-        f"</tr>{''.join(rows)}</table>"
-    )
+    return scroll(f"<table class='choices'><tr>{head}</tr>{''.join(rows)}</table>") + note
 
 
 def _generated(flip: Flip) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxeval.errors import JaxevalError
+from jaxeval.report.labels import base_names, run_labels
 from jaxeval.results.files import date_id_of, samples_path
 
 # What a sample keeps (its `doc` is dropped: the prompt is in `arguments`).
@@ -53,9 +54,23 @@ class Run:
     def output_type(self, task: str) -> str | None:
         return self.results.get("configs", {}).get(task, {}).get("output_type")
 
+    def target_delimiter(self, task: str) -> str:
+        """What lm-eval puts between a prompt and each choice (" " unless the task says)."""
+        delimiter = self.results.get("configs", {}).get(task, {}).get("target_delimiter")
+        return " " if delimiter is None else str(delimiter)
+
+    def aggregation(self, task: str, metric: str) -> str | None:
+        """The aggregation the task's metric_list names for `metric` (a string), if any."""
+        for entry in self.results.get("configs", {}).get(task, {}).get("metric_list") or []:
+            if isinstance(entry, dict) and entry.get("metric") == metric:
+                agg = entry.get("aggregation")
+                return agg if isinstance(agg, str) else None
+        return None
+
 
 def find_results_files(path: Path) -> list[Path]:
-    """The results files a path names (module docstring), oldest first within a folder."""
+    """The results files a path names (module docstring): by folder (numbers in the names as
+    numbers: checkpoint-2000 before checkpoint-16000), oldest first within a folder."""
     if not path.exists():
         raise JaxevalError(
             "no such file or folder",
@@ -81,7 +96,12 @@ def find_results_files(path: Path) -> list[Path]:
             file=str(path),
             hint="pass the folder given to --output_path (it holds <model>/results_<date>.json)",
         )
-    return sorted(found, key=lambda f: (str(f.parent), f.name))
+    return sorted(found, key=lambda f: (_natural(str(f.parent)), f.name))
+
+
+def _natural(text: str) -> list[tuple[int, str]]:
+    """Sort key reading numbers as numbers: checkpoint-2000 before checkpoint-16000."""
+    return [(int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", text)]
 
 
 def read_results(file: Path) -> dict[str, Any]:
@@ -154,13 +174,6 @@ def step_of(results: dict[str, Any]) -> tuple[int | None, str]:
     return int(match.group(1)), series.rstrip("/-_@") or model
 
 
-def _short(model: str) -> str:
-    """A label for a model: a local path's last part, a hub name as is."""
-    if model.startswith(("/", ".", "~")):
-        return Path(model).name or model
-    return model
-
-
 def load_run(file: Path, label: str | None = None) -> Run:
     results = read_results(file)
     samples: dict[str, list[dict[str, Any]]] = {}
@@ -172,15 +185,13 @@ def load_run(file: Path, label: str | None = None) -> Run:
     model = str(results.get("model_name") or results.get("config", {}).get("model") or "model")
     engine = "jaxeval" if "jaxeval_version" in results else "lm-eval"
     if label is None:
-        label = _short(model)
-        if step is not None and f"{step}" not in label:
-            label = f"{label} @ step {step}"
+        (label,) = base_names([results], [step])
     return Run(label, file, results, samples, engine, model, step, series)
 
 
 def load_runs(paths: list[str], labels: list[str] | None = None) -> list[Run]:
-    """Every run the paths name, labelled (`labels` in order, else the model; made unique by the
-    engine, then the date)."""
+    """Every run the paths name, labelled (`labels` in order, else short unique labels from the
+    model and the settings that differ: jaxeval/report/labels.py)."""
     files = [f for p in paths for f in find_results_files(Path(p))]
     files = list(dict.fromkeys(files))
     if labels and len(labels) != len(files):
@@ -193,18 +204,10 @@ def load_runs(paths: list[str], labels: list[str] | None = None) -> list[Run]:
     runs = [load_run(f, labels[i] if labels else None) for i, f in enumerate(files)]
     if labels:
         return runs
-    for attribute in ("engine", "date"):
-        groups: dict[str, list[Run]] = {}
-        for run in runs:
-            groups.setdefault(run.label, []).append(run)
-        unique = {
-            label: len({getattr(r, attribute) for r in group}) == len(group)
-            for label, group in groups.items()
-        }
-        runs = [
-            dataclasses.replace(run, label=f"{run.label} ({getattr(run, attribute)})")
-            if len(groups[run.label]) > 1 and (unique[run.label] or attribute == "date")
-            else run
-            for run in runs
-        ]
-    return runs
+    new = run_labels(
+        [r.results for r in runs],
+        [r.step for r in runs],
+        [r.engine for r in runs],
+        [r.date for r in runs],
+    )
+    return [dataclasses.replace(r, label=label) for r, label in zip(runs, new)]

@@ -1,7 +1,7 @@
 """Open a local HTML file in headless Chromium, as a person would: the DOM after its scripts ran,
 what its console printed, and a screenshot.
 
-    page = open_page(Path("report.html"), tmp_path)
+    page = open_page(Path("report.html"), tmp_path)        (width=1280: a window that wide)
     page.dom              the serialized DOM (`--dump-dom`), after the page's scripts
     page.console          console messages and uncaught errors (Chromium's log on stderr)
     screenshot(Path("report.html"), Path("shot.png"), tmp_path, width=1280, height=2400)
@@ -73,8 +73,10 @@ def _run(args: list[str], scratch: Path) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
 
 
-def open_page(html: Path, scratch: Path) -> Page:
-    done = _run(["--dump-dom", html.resolve().as_uri()], scratch)
+def open_page(html: Path, scratch: Path, *, width: int | None = None) -> Page:
+    """The page's DOM after its scripts ran; `width`: the window's width in pixels."""
+    size = [f"--window-size={width},900"] if width else []
+    done = _run([*size, "--dump-dom", html.resolve().as_uri()], scratch)
     assert done.returncode == 0, done.stderr[-2000:]
     console = [m.group(1) for m in CONSOLE.finditer(done.stderr)]
     return Page(done.stdout, console)

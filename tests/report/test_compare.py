@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from jaxeval.errors import JaxevalError
 from jaxeval.report.compare import answer_of, compare_runs, shared_tasks
+from jaxeval.report.html import render_report
+from jaxeval.report.html_compare import flip_html
 from jaxeval.report.load import load_runs
+from tests.report.synthetic import write_n_shot_pair
 
 
 def _per_doc(folder, task, metric, flt="none"):
@@ -94,3 +98,67 @@ def test_answer_of_reads_saved_and_in_memory_samples():
         "42",
         "The answer is 42.",
     )
+
+
+def _rows(folder, task):
+    (file,) = folder.rglob(f"samples_{task}_*.jsonl")
+    return [json.loads(line) for line in file.read_text().splitlines()]
+
+
+def test_picks_are_the_ones_acc_and_acc_norm_scored(lm_eval_dir):
+    """On lm-eval 0.4.13's own samples: acc is 1 exactly when the loglikelihood's pick is gold,
+    acc_norm exactly when the pick by loglikelihood per character is; the two picks differ on
+    some documents (so marking acc_norm's pick by raw loglikelihood would be wrong there)."""
+    rows = _rows(lm_eval_dir, "arc_easy")
+    answers = [answer_of(r, "multiple_choice") for r in rows]
+    golds = [int(r["target"]) for r in rows]
+    assert [a.pick == g for a, g in zip(answers, golds)] == [r["acc"] == 1 for r in rows]
+    assert [a.pick_norm == g for a, g in zip(answers, golds)] == [r["acc_norm"] == 1 for r in rows]
+    assert any((a.pick == g) != (r["acc_norm"] == 1) for a, g, r in zip(answers, golds, rows))
+
+
+def test_acc_norm_divides_by_the_choice_without_the_delimiter():
+    """lm-eval divides by len(choice), not by the continuation " choice" it scored."""
+    row = {
+        "arguments": [["Q: x\nA:", " ab"], ["Q: x\nA:", " abcd"]],
+        "filtered_resps": [["-2.0", "False"], ["-3.8", "False"]],
+    }
+    answer = answer_of(row, "multiple_choice")
+    # -2.0 / 2 < -3.8 / 4; with the space counted, -2.0 / 3 > -3.8 / 5 would pick choice 0
+    assert answer.norm_scores == (-1.0, -0.95) and (answer.pick, answer.pick_norm) == (0, 1)
+    winogrande = {  # one continuation, the choices in the contexts: no per-character pick
+        "arguments": [["The cat sat", " down."], ["The dog sat", " down."]],
+        "filtered_resps": [["-2.0", "False"], ["-1.0", "False"]],
+    }
+    assert answer_of(winogrande, "multiple_choice").pick_norm is None
+
+
+def test_an_acc_norm_flip_marks_the_acc_norm_picks(tmp_path):
+    write_n_shot_pair(tmp_path)
+    c = compare_runs(*load_runs([str(tmp_path)]))
+    flips = [f for f in c.flips["arc_easy"] if [m for m, _, _ in f.changed] == ["acc_norm"]]
+    assert flips
+    for flip in flips:
+        page = flip_html(flip)
+        assert "A loglik / char" in page and page.count("◀ A") == page.count("◀ B") == 1
+        rows = re.findall(r"<tr><td class='num'>(\d+)</td>(.*?)</tr>", page)
+        marked_a = [int(i) for i, cells in rows if "◀ A" in cells]
+        marked_b = [int(i) for i, cells in rows if "◀ B" in cells]
+        assert (marked_a, marked_b) == ([flip.a.pick_norm], [flip.b.pick_norm])
+        assert (flip.a.pick_norm == flip.gold) != (flip.b.pick_norm == flip.gold)
+
+
+def test_perplexities_get_no_paired_test(tmp_path):
+    """lambada's perplexity has one number per document (its loglikelihood), yet the table's
+    value is a perplexity: no test row; its acc is tested. wikitext's three: none either."""
+    write_n_shot_pair(tmp_path)
+    runs = load_runs([str(tmp_path)])
+    c = compare_runs(*runs)
+    tested = {(m.task, m.metric) for m in c.metrics}
+    assert tested == {("arc_easy", "acc"), ("arc_easy", "acc_norm"), ("lambada_openai", "acc")}
+    assert any(n.startswith("lambada_openai: perplexity: computed from all") for n in c.notes)
+    assert any(
+        n.startswith("wikitext: bits_per_byte, byte_perplexity, word_perplexity:") for n in c.notes
+    )
+    tests = re.search(r"<table id='tests-0'>.*?</table>", render_report(runs)).group(0)
+    assert "perplexity" not in tests and "bits_per_byte" not in tests
