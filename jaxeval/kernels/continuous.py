@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.experimental.layout import Layout, with_layout_constraint
 from jax.sharding import Mesh
 
 from jaxeval.kernels.decode_step import decode_step
@@ -117,6 +118,23 @@ def _constrain(state: EngineState, mesh: Mesh | None) -> EngineState:
     dims = jax.tree.leaves(row_dims(state), is_leaf=lambda d: d is None)
     out = [x if d is None else constrain_rows(x, mesh, d) for x, d in zip(leaves, dims)]
     return jax.tree.unflatten(tree, out)
+
+
+def _kernel_layouts(state: EngineState) -> EngineState:
+    """The KV cache's keys and values pinned to row-major layouts, the ones the attention kernels
+    read (a TPU Pallas call takes its operands row-major). `decode_chunk` pins them before its
+    loop and after every step, so that the loop carries the cache in the kernels' layout: the
+    state's own layout (XLA:TPU lays out values [.., C, E] with C minor when E < 128) is then
+    converted once on entry and once on exit. Unpinned, libtpu 0.0.50 carries the entry layout
+    through the loop and copies the values into the kernel's layout on every step (576 MB a step
+    at SmolLM2's shapes on a v5e-8 instead of 342 MB: `tests/test_tpu_plan.py`); libtpu 0.0.42
+    moved that copy out of the loop itself. Elsewhere row-major is the default: nothing changes."""
+    cache = state.cache
+    k, v = (
+        with_layout_constraint(x, Layout(major_to_minor=tuple(range(x.ndim))))
+        for x in (cache.k, cache.v)
+    )
+    return state._replace(cache=cache._replace(k=k, v=v))
 
 
 def init_state(
@@ -344,7 +362,7 @@ def decode_chunk(
     counts one step's cost as the difference between 2 and 1 (`jaxeval.plan.costs.step_costs`).
     """
     mesh = runtime.mesh
-    state = _constrain(state, mesh)
+    state = _kernel_layouts(_constrain(state, mesh))
 
     def cond(st: EngineState) -> jax.Array:
         n_done = jnp.sum(st.done, dtype=jnp.int32)
@@ -372,7 +390,7 @@ def decode_chunk(
             reason=rows.reason,
             steps=st.steps + 1,
         )
-        return _constrain(st, mesh)
+        return _kernel_layouts(_constrain(st, mesh))
 
     def steps(st: EngineState) -> EngineState:
         for _ in range(steps_per_iteration):

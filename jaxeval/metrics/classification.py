@@ -29,10 +29,13 @@ def _sorted_labels(golds: list, preds: list) -> list:
     return sorted(set(golds) | set(preds))
 
 
-def f1(pairs: Sequence[tuple[Any, Any]]) -> float:
+def f1(pairs: Sequence[tuple[Any, Any]]) -> np.float64:
     """Binary F1 of the positive class 1: `2·tp / (2·tp + fp + fn)`, 0.0 when the denominator is 0.
 
     More than two distinct labels, or two labels without 1 among them, is an error, as in sklearn.
+    A NumPy float64, as lm-eval's `np.max(f1_score(...))` returns: Python's `sum` adds those left
+    to right on every interpreter (3.12 compensates Python floats only), so sums over f1 values
+    (the bootstrap stderr's) come out as lm-eval's.
     """
     golds, preds = _unzip(pairs)
     labels = _sorted_labels(golds, preds)
@@ -52,8 +55,8 @@ def f1(pairs: Sequence[tuple[Any, Any]]) -> float:
     pred_sum = sum(1 for p in preds if p == 1)
     denom = 1.0 * float(true_sum) + float(pred_sum)  # sklearn: beta² · true_sum + pred_sum
     if denom == 0:
-        return 0.0
-    return float(np.float64(2.0 * float(tp)) / np.float64(denom))
+        return np.float64(0.0)
+    return np.float64(2.0 * float(tp)) / np.float64(denom)
 
 
 def matthews_corrcoef(pairs: Sequence[tuple[Any, Any]]) -> float:

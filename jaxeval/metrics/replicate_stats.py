@@ -12,19 +12,25 @@ floating-point operations in the same order as calling the aggregation on the ro
     median                           sorted(docs)[n // 2]
     nanmean                          np.nanmean(docs), NaN when every document is NaN
 
-**Sums.** Python 3.11's `sum` of floats adds left to right from 0.0. The row sums here add the
-drawn values in the same order (`sequential_row_sums`), with `exp`, the divisions and `ln 2` applied
-to Python floats afterwards, so the replicates are the very floats lm-eval computes. Python 3.12
-made `sum` of floats compensated (Neumaier); on such an interpreter (`SEQUENTIAL_FLOAT_SUM` is
-False) the sum-based statistics are not vectorised: each replicate's documents go through the
-aggregation itself (the indices stay vectorised), which is exact on any interpreter. `median` and
-`nanmean` do not use Python's `sum` and stay vectorised.
+**Sums.** The row sums add the drawn values as the running interpreter's `sum` adds floats, with
+`exp`, the divisions and `ln 2` applied to Python floats afterwards, so the replicates are the very
+floats lm-eval computes. Python 3.11 and earlier add left to right from 0 (`sequential_row_sums`);
+Python 3.12 compensates (Neumaier: a running sum `s` and a running correction `c`, with
+`c += (s - t) + x` or `(x - t) + s` for `t = s + x`, whichever of `s`, `x` is larger in magnitude,
+and `s + c` at the end where `c` is finite and non-zero), which `compensated_row_sums` evaluates
+for every replicate at once: the running sums are one `np.add.accumulate`, the corrections
+follow elementwise from them, and their sum is one more sequential reduction. `FLOAT_SUM` names
+the interpreter's algorithm, found by summing probe values at import; on an interpreter that
+matches neither, the sum-based statistics go through the aggregation per replicate (the indices
+stay vectorised), which is exact on any interpreter. `median` and `nanmean` do not use Python's
+`sum`.
 
 **When the block path applies.** Only where exactness is certain; otherwise `block_statistic`
 returns None and the caller applies the aggregation to each replicate's documents:
 
 * sums: every value (and weight) is a Python float, int or bool, ints small enough that every
-  partial sum is exact in float64 (Python adds ints exactly, then converts);
+  partial sum is exact in float64 (Python adds ints exactly, then converts); under the
+  compensated sum, floats alone or ints alone (Python 3.12 adds an int among floats uncompensated);
 * median: one element type (float, int or bool), no NaN, not both 0.0 and -0.0 (equal floats are
   then identical, so the middle element's value does not depend on how ties sort);
 * nanmean: every value a float (Python or NumPy float64), as `np.nanmean` then sees float64.
@@ -33,15 +39,13 @@ returns None and the caller applies the aggregation to each replicate's document
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from jaxeval.metrics import aggregations as agg
-
-# Python 3.11 and earlier add floats left to right; 3.12+ compensate (Neumaier) and return 1.0 here.
-SEQUENTIAL_FLOAT_SUM: bool = sum([1e16, 1.0, -1e16]) == 0.0
 
 BlockStatistic = Callable[[np.ndarray], list]
 _EXACT_INT = 2**53  # float64 holds every integer below this exactly
@@ -69,9 +73,8 @@ def sequential_row_sums(
 ) -> np.ndarray:
     """`sum(values[row])` for each row of `block`, as Python 3.11 adds floats: left to right from 0.
 
-    A reduction over the outer axis of a C-contiguous array adds its rows in order, each replicate
-    in a lane of its own: `((x0 + x1) + x2) + ...` (NumPy sums pairwise only along the contiguous
-    axis, so the drawn values are transposed first). Python starts from 0.0, which differs only for
+    The drawn values are transposed so that each replicate runs in a lane of its own and added in
+    order (`lane_sums`): `((x0 + x1) + x2) + ...`. Python starts from 0.0, which differs only for
     a replicate of -0.0s alone (-0.0 here, 0.0 there); adding 0.0 turns -0.0 into 0.0 and changes
     nothing else.
     """
@@ -82,7 +85,87 @@ def sequential_row_sums(
     by_document = scratch.array("by_document", (n, rows))  # row j: every replicate's j-th draw
     np.copyto(by_document, drawn.T)
     with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN, silently, as Python's sum
-        return np.add.reduce(by_document, axis=0) + 0.0
+        return lane_sums(by_document) + 0.0
+
+
+def lane_sums(a: np.ndarray) -> np.ndarray:
+    """`a[0] + a[1] + ... + a[-1]`, added in that order, for each column of a C-contiguous 2-D
+    array (0.0 for no rows).
+
+    A reduction over the outer axis adds the rows in order, every column in a lane of its own; but
+    a single column is one contiguous run, which `np.add.reduce` sums pairwise: a running
+    `np.add.accumulate` adds it in order.
+    """
+    if a.shape[0] == 0:
+        return np.zeros(a.shape[1])
+    if a.shape[1] == 1:
+        return np.add.accumulate(a[:, 0])[-1:]
+    return np.add.reduce(a, axis=0)
+
+
+def compensated_row_sums(
+    values: np.ndarray, block: np.ndarray, *, scratch: Scratch | None = None
+) -> np.ndarray:
+    """`sum(values[row])` for each row of `block`, as Python 3.12 adds floats (Neumaier).
+
+    CPython starts from the int 0 (`0 + x0`: -0.0 becomes 0.0), then for each further x:
+    `t = s + x; c += (s - t) + x if |s| >= |x| else (x - t) + s; s = t`, and returns `s + c`
+    when `c` is non-zero and finite, else `s`. The running sums `s` are a sequential
+    `np.add.accumulate` over the documents (each replicate in a lane of its own, as in
+    `sequential_row_sums`), every correction term follows elementwise from `s` and `x`, and `c` is
+    their sequential sum: the same floating-point operations in the same order.
+    """
+    scratch = scratch or Scratch()
+    rows, n = block.shape
+    drawn = scratch.array("drawn", (rows, n))
+    values.take(block, out=drawn, mode="wrap")
+    x = scratch.array("by_document", (n, rows))  # row j: every replicate's j-th draw
+    np.copyto(x, drawn.T)
+    running = scratch.array("running", (n, rows))  # row j: the sums after j + 1 draws
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN, silently, as Python's sum
+        x[0] += 0.0
+        np.add.accumulate(x, axis=0, out=running)
+        s, item, t = running[:-1], x[1:], running[1:]
+        larger = np.abs(s) >= np.abs(item)
+        terms = scratch.array("terms", (n - 1, rows))
+        other = scratch.array("other", (n - 1, rows))
+        np.add(np.subtract(s, t, out=terms), item, out=terms)  # (s - t) + x
+        np.add(np.subtract(item, t, out=other), s, out=other)  # (x - t) + s
+        np.copyto(terms, other, where=~larger)
+        c = lane_sums(terms)
+        total = running[-1].copy()
+        np.add(total, c, out=total, where=(c != 0) & np.isfinite(c))
+    return total
+
+
+def _probe_float_sum() -> str | None:
+    """Which of the row sums above equals this interpreter's `sum` of floats on probe values
+    (magnitudes 1e-8 to 1e16, both signs: the orders and compensations give different sums), or
+    None for neither."""
+    rng = random.Random(0)
+    probes = [[1e16, 1.0, -1e16], [-0.0, -0.0]]
+    for n in (10, 100, 1000):
+        probes.append(
+            [rng.choice((-1, 1)) * rng.random() * 10 ** rng.randint(-8, 16) for _ in range(n)]
+        )
+    for kind, row_sums in (("sequential", sequential_row_sums), ("neumaier", compensated_row_sums)):
+        if all(
+            str(row_sums(np.array(p), np.arange(len(p))[None, :]).tolist()) == str([sum(p)])
+            for p in probes
+        ):
+            return kind
+    return None
+
+
+# How this interpreter's `sum` adds floats: "sequential" (Python 3.11 and earlier), "neumaier"
+# (3.12+), or None (neither: the sum-based statistics then run per replicate).
+FLOAT_SUM: str | None = _probe_float_sum()
+_ROW_SUMS = {"sequential": sequential_row_sums, "neumaier": compensated_row_sums}
+
+
+def python_row_sums(values: np.ndarray, block: np.ndarray, *, scratch: Scratch) -> np.ndarray:
+    """`sum(values[row])` for each row of `block`, as this interpreter's `sum` adds floats."""
+    return _ROW_SUMS[FLOAT_SUM](values, block, scratch=scratch)
 
 
 def replicate_lists_statistic(f: Callable[[list], Any], xs: Sequence[Any]) -> BlockStatistic:
@@ -96,30 +179,38 @@ def replicate_lists_statistic(f: Callable[[list], Any], xs: Sequence[Any]) -> Bl
 
 
 def _summable(values: Sequence[Any]) -> np.ndarray | None:
-    """`values` as float64 if a float64 running sum equals Python's `sum` on every resample."""
+    """`values` as float64 if the interpreter's `sum` (`FLOAT_SUM`) equals `python_row_sums` on
+    every resample, else None."""
+    if FLOAT_SUM is None:
+        return None
     largest = 0
+    kinds = set()
     for x in values:
         kind = type(x)
         if kind is float:
+            kinds.add(float)
             continue
         if kind is not int and kind is not bool:
             return None
+        kinds.add(int)
         largest = max(largest, abs(x))
     if largest * len(values) >= _EXACT_INT:
+        return None
+    if FLOAT_SUM == "neumaier" and len(kinds) > 1:
         return None
     return np.array(values, dtype=np.float64)
 
 
 def _mean_based(finish: Callable[[float, int], float]) -> Callable:
     def build(f: Callable, xs: Sequence[Any]) -> BlockStatistic | None:
-        values = _summable(xs) if SEQUENTIAL_FLOAT_SUM else None
+        values = _summable(xs)
         if values is None:
             return None
         n = len(xs)
         scratch = Scratch()
 
         def statistic(block: np.ndarray) -> list:
-            sums = sequential_row_sums(values, block, scratch=scratch).tolist()
+            sums = python_row_sums(values, block, scratch=scratch).tolist()
             return [finish(s, n) for s in sums]
 
         return statistic
@@ -129,8 +220,6 @@ def _mean_based(finish: Callable[[float, int], float]) -> Callable:
 
 def _weighted(finish: Callable[[float, float], float]) -> Callable:
     def build(f: Callable, pairs: Sequence[Any]) -> BlockStatistic | None:
-        if not SEQUENTIAL_FLOAT_SUM:
-            return None
         if not all(type(p) in (tuple, list) and len(p) == 2 for p in pairs):
             return None
         values = _summable([p[0] for p in pairs])
@@ -141,8 +230,8 @@ def _weighted(finish: Callable[[float, float], float]) -> Callable:
         scratch = Scratch()
 
         def statistic(block: np.ndarray) -> list:
-            s = sequential_row_sums(values, block, scratch=scratch).tolist()
-            w = sequential_row_sums(weights, block, scratch=scratch).tolist()
+            s = python_row_sums(values, block, scratch=scratch).tolist()
+            w = python_row_sums(weights, block, scratch=scratch).tolist()
             out = []
             for r, (sv, sw) in enumerate(zip(s, w)):
                 # A zero total weight raises in the aggregation: let it, with its own message.

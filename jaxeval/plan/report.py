@@ -4,10 +4,24 @@ output), as JSON, and the advice when an executable does not compile or fit."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 from typing import Any
 
 from jaxeval.plan.costs import GIB, Compiled
 from jaxeval.plan.topology import Topology
+
+
+def compiler_versions() -> str:
+    """The TPU compiler and jax that compile the plan, as "libtpu 0.0.50.1, jax 0.12.0.1": the
+    compiler's version changes its figures (its layout and fusion choices)."""
+
+    def version(package: str) -> str:
+        try:
+            return importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    return f"libtpu {version('libtpu')}, jax {version('jax')}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -23,6 +37,7 @@ class TopologyPlan:
     param_bytes: int  # per chip
     token_budget: int
     executables: tuple[Compiled, ...]
+    compiler: str = dataclasses.field(default_factory=compiler_versions)
 
     @property
     def params_fit(self) -> bool:
@@ -71,6 +86,7 @@ class TopologyPlan:
             "parameters": self.parameters,
             "param_bytes_per_chip": self.param_bytes,
             "token_budget": self.token_budget,
+            "compiler": self.compiler,
             "executables": [e.summary(self.topology) for e in self.executables],
             "params_fit": self.params_fit,
             "ok": self.ok,
@@ -87,7 +103,7 @@ class TopologyPlan:
             f"mesh {mesh}, attention `{self.attention}`; parameters "
             f"{self.param_bytes / GIB:.2f} GiB per chip"
             + (" (**over**: nothing compiled)" if not self.params_fit else "")
-            + f", token budget {self.token_budget:,}",
+            + f", token budget {self.token_budget:,}; compiled by {self.compiler}",
             "",
             "| executable | HBM GiB / chip | GFLOP / chip | GB / chip | roofline ms | tokens/s |"
             " useful / compiled | roofline MFU | collectives | Pallas | CPU calls, host |",

@@ -5,6 +5,11 @@ from __future__ import annotations
 import logging
 
 import pytest
+
+from tests.needs_torch import REASON
+
+pytest.importorskip("torch", reason=REASON)  # lm-eval's HF backend imports it
+
 from lm_eval.api.instance import Instance as LmEvalInstance
 from lm_eval.api.model import TemplateLM
 from lm_eval.models.huggingface import HFLM

@@ -4,7 +4,9 @@ lm-eval runs single-process here (DISABLE_MULTIPROC): its pool gives the same nu
 which is unsafe once JAX threads run in the test session.
 """
 
+import functools
 import math
+import operator
 import random
 import sys
 
@@ -14,8 +16,11 @@ import pytest
 from jaxeval.metrics import AGGREGATIONS, bootstrap_stderr
 from jaxeval.metrics import replicate_stats as rs
 from jaxeval.metrics.replicate_stats import (
-    SEQUENTIAL_FLOAT_SUM,
+    FLOAT_SUM,
+    Scratch,
     block_statistic,
+    compensated_row_sums,
+    python_row_sums,
     sequential_row_sums,
 )
 from jaxeval.metrics.stderr import (
@@ -120,16 +125,15 @@ def assert_equals_lm_eval(name, lm_agg, xs, iters, *, same_types=True):
 
 
 def test_interpreter_sum_is_detected():
-    assert SEQUENTIAL_FLOAT_SUM == (sys.version_info < (3, 12))
-    assert SEQUENTIAL_FLOAT_SUM == (sum([1e16, 1.0, -1e16]) == 0.0)
+    # Python 3.12 made `sum` of floats compensated (Neumaier); 3.11 adds left to right.
+    assert FLOAT_SUM == ("sequential" if sys.version_info < (3, 12) else "neumaier")
+    assert (FLOAT_SUM == "sequential") == (sum([1e16, 1.0, -1e16]) == 0.0)
 
 
 @pytest.mark.parametrize("case", sorted(VECTORISED))
 def test_block_path_is_taken(case):
     name, _, xs = VECTORISED[case]
-    sum_based = name not in ("median", "nanmean")
-    taken = block_statistic(AGGREGATIONS.get(name), xs) is not None
-    assert taken == (SEQUENTIAL_FLOAT_SUM or not sum_based)
+    assert block_statistic(AGGREGATIONS.get(name), xs) is not None
 
 
 @pytest.mark.parametrize("case", sorted(PER_REPLICATE))
@@ -153,10 +157,9 @@ def test_vectorised_equals_lm_eval_across_chunks(case):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(PER_REPLICATE))
 def test_per_replicate_equals_lm_eval_at_1000(case):
-    # Every replicate goes through sklearn or sacrebleu on lm-eval's side: 2-20 s each. (jaxeval's
-    # own f1 returns a float where sklearn's returns a float64: equal values, other types.)
+    # Every replicate goes through sklearn or sacrebleu on lm-eval's side: 2-20 s each.
     name, lm_agg, xs = PER_REPLICATE[case]
-    assert_equals_lm_eval(name, lm_agg, xs, 1000, same_types=False)
+    assert_equals_lm_eval(name, lm_agg, xs, 1000)
 
 
 @pytest.mark.slow
@@ -190,27 +193,98 @@ def _hard_values(n: int, rng: random.Random) -> list[float]:
     return out
 
 
+def cpython_312_sum(values: list[float]) -> float:
+    """CPython 3.12's `sum` of Python floats, transcribed from `builtin_sum_impl` (bltinmodule.c)."""
+    if not values:
+        return 0
+    s, c = 0 + values[0], 0.0
+    for x in values[1:]:
+        t = s + x
+        if abs(s) >= abs(x):
+            c += (s - t) + x
+        else:
+            c += (x - t) + s
+        s = t
+    return s + c if c and math.isfinite(c) else s
+
+
+ROW_SUMS = {"sequential": sequential_row_sums, "neumaier": compensated_row_sums}
+# Each algorithm's Python-level definition, whatever the running interpreter's `sum` is.
+PYTHON_SUMS = {
+    "sequential": lambda xs: functools.reduce(operator.add, xs, 0),
+    "neumaier": cpython_312_sum,
+}
+
+
+def _blocks(values: list[float], rng: random.Random, n: int) -> list[np.ndarray]:
+    # One row alone too: NumPy would sum a lone contiguous row pairwise.
+    return [
+        np.array([[rng.randrange(len(values)) for _ in range(n)] for _ in range(rows)])
+        for rows in (1, 2, 3, 40)
+    ]
+
+
+@pytest.mark.parametrize("kind", sorted(ROW_SUMS))
 @pytest.mark.parametrize("n", [1, 2, 3, 8, 9, 127, 128, 129, 1000, 4097])
-def test_row_sums_equal_python_sum(n):
+def test_row_sums_equal_their_python_definition(kind, n):
     rng = random.Random(n)
     values = _hard_values(n, rng) + [1e16, 1.0, -1e16, -0.0]
-    block = np.array([[rng.randrange(len(values)) for _ in range(n)] for _ in range(40)])
-    got = sequential_row_sums(np.array(values), block).tolist()
-    expected = [sum(values[j] for j in row) for row in block.tolist()]
-    assert got == expected
-    assert [math.copysign(1, x) for x in got] == [math.copysign(1, x) for x in expected]
-    # Pairwise summation (NumPy's along a row) would not do: the data tells the two apart.
-    if n >= 9:
-        assert np.sum(np.array(values)[block], axis=1).tolist() != expected
+    for block in _blocks(values, rng, n):
+        got = ROW_SUMS[kind](np.array(values), block).tolist()
+        expected = [PYTHON_SUMS[kind]([values[j] for j in row]) for row in block.tolist()]
+        assert str(got) == str(expected)  # -0.0 vs 0.0 spelled out
+        # Pairwise summation (NumPy's along a row) would not do: the data tells them apart.
+        if n >= 9 and len(block) == 40:
+            assert np.sum(np.array(values)[block], axis=1).tolist() != expected
+
+
+def test_the_algorithms_differ():
+    values = [1e16, 1.0, -1e16]
+    assert PYTHON_SUMS["sequential"](values) == 0.0
+    assert PYTHON_SUMS["neumaier"](values) == 1.0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_row_sums_equal_this_interpreters_sum(seed):
+    # The random search of the definition above, against `sum` itself on the running interpreter.
+    rng = random.Random(seed)
+    n = rng.randint(1, 400)
+    values = [rng.choice((-1, 1)) * rng.random() * 10 ** rng.randint(-20, 20) for _ in range(n)]
+    if seed % 4 == 0:
+        values += [-0.0, 0.0, math.inf, -math.inf, math.nan, 1e308, -1e308, 5e-324]
+    for block in _blocks(values, rng, n):
+        got = python_row_sums(np.array(values), block, scratch=Scratch()).tolist()
+        expected = [sum(values[j] for j in row) for row in block.tolist()]
+        assert str(got) == str(expected)
 
 
 def test_row_sums_special_values():
     values = [-0.0, 1.5, math.inf, -math.inf, math.nan, 2.0**-1074, 1e308]
     block = np.array([[0, 0, 0], [0, 1, 0], [2, 1, 2], [2, 3, 1], [4, 1, 1], [5, 5, 0], [6, 6, 3]])
-    got = sequential_row_sums(np.array(values), block).tolist()
-    expected = [sum(values[j] for j in row) for row in block.tolist()]
-    assert str(got) == str(expected)  # -0.0 vs 0.0 and nan spelled out
-    assert math.copysign(1, got[0]) == 1.0  # Python's sum of -0.0s is 0.0
+    for kind, row_sums in ROW_SUMS.items():
+        got = row_sums(np.array(values), block).tolist()
+        expected = [PYTHON_SUMS[kind]([values[j] for j in row]) for row in block.tolist()]
+        assert str(got) == str(expected), kind  # -0.0 vs 0.0 and nan spelled out
+        assert math.copysign(1, got[0]) == 1.0  # Python's sum of -0.0s is 0.0
+
+
+def test_a_chunks_last_lone_replicate_equals_lm_eval():
+    # 787 documents: blocks of 333 rows, so each chunk of 1,000 ends with a block of one row.
+    rng = random.Random(787)
+    xs = [-rng.lognormvariate(0.4, 1.1) for _ in range(787)]
+    expected = lm_metrics._bootstrap_internal_no_mp(lm_metrics.perplexity, xs, 1000)
+    assert bootstrap_replicates(AGGREGATIONS.get("perplexity"), xs, 1000) == expected
+
+
+def test_compensated_sums_take_floats_or_ints_not_both(monkeypatch):
+    # Python 3.12 adds an int among floats without compensation: such data goes per replicate.
+    f = AGGREGATIONS.get("mean")
+    monkeypatch.setattr(rs, "FLOAT_SUM", "neumaier")
+    assert block_statistic(f, [0.5, 1, 0.25]) is None
+    assert block_statistic(f, [0.5, 1.0, 0.25]) is not None
+    assert block_statistic(f, [0, 1, True]) is not None
+    monkeypatch.setattr(rs, "FLOAT_SUM", "sequential")
+    assert block_statistic(f, [0.5, 1, 0.25]) is not None
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 128, 129, 1000, 5153])
@@ -286,9 +360,10 @@ def test_zero_total_weight_raises_like_the_aggregation():
         bootstrap_replicates(f, pairs, 50)
 
 
-def test_compensated_interpreter_keeps_indices_and_drops_block_sums(monkeypatch):
-    # As on Python 3.12+: the sum-based statistics go through the aggregation per replicate.
-    monkeypatch.setattr(rs, "SEQUENTIAL_FLOAT_SUM", False)
+def test_an_unknown_sum_keeps_indices_and_drops_block_sums(monkeypatch):
+    # An interpreter whose `sum` is neither algorithm: the sum-based statistics go through the
+    # aggregation per replicate.
+    monkeypatch.setattr(rs, "FLOAT_SUM", None)
     for case in ("perplexity", "byte_perplexity", "bits_per_byte", "mean_of_floats"):
         name, _, xs = VECTORISED[case]
         assert block_statistic(AGGREGATIONS.get(name), xs) is None

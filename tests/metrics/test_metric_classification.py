@@ -2,6 +2,7 @@
 
 import random
 
+import numpy as np
 import pytest
 
 from jaxeval.errors import JaxevalError
@@ -53,6 +54,13 @@ def test_hand_worked():
     assert mcc([(1, 1), (0, 0)]) == 1.0
     assert mcc([(1, 0), (0, 1)]) == -1.0
     assert mcc([(1, 1), (1, 1)]) == 0.0  # zero denominator
+
+
+def test_f1_is_a_float64_as_lm_evals():
+    # Python 3.12's `sum` compensates Python floats only: lm-eval's np.float64 f1 values are added
+    # left to right, and so must ours be (the bootstrap stderr sums them).
+    for pairs in (BINARY[0], [(0, 0), (0, 0)]):
+        assert type(AGGREGATIONS.get("f1")(pairs)) is type(lm_metrics.f1_score(pairs)) is np.float64
 
 
 def test_f1_rejects_what_sklearn_rejects():

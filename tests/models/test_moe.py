@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 import transformers
 from jax.sharding import Mesh
 
@@ -25,6 +24,9 @@ from jaxeval.models import experts as E
 from jaxeval.models import moe as M
 from jaxeval.models.param_info import is_info
 from tests.models.common import assert_logits_close
+from tests.needs_torch import REASON
+
+torch = pytest.importorskip("torch", reason=REASON)
 
 SMALL = {"num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2}
 
