@@ -1,5 +1,5 @@
 """Test-wide setup: 8 fake CPU devices for sharding tests, offline Hugging Face, test data root,
-and a cache root of the test session's own (never the user's)."""
+and a temporary root of the test session's own for every cache (never the user's)."""
 
 import atexit
 import os
@@ -7,6 +7,83 @@ import pathlib
 import shutil
 import sys
 import tempfile
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _user_cache_home() -> pathlib.Path:
+    """The user's jaxeval cache as `jaxeval.paths.cache_home` finds it (jaxeval not imported yet)."""
+    root = os.environ.get("JAXEVAL_CACHE")
+    if root:
+        return pathlib.Path(root).expanduser().resolve()
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return (pathlib.Path(xdg) / "jaxeval").resolve()
+
+
+def _user_hf_caches() -> tuple[pathlib.Path, ...]:
+    """The user's Hugging Face caches (hub, datasets, evaluate, modules): `HF_HOME`, else
+    `$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`, and any cache moved elsewhere by its
+    own variable."""
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    homes = [os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")]
+    homes += [os.environ[name] for name in _HF_VARIABLES if os.environ.get(name)]
+    return tuple(sorted({pathlib.Path(p).expanduser().resolve() for p in homes}))
+
+
+# Hugging Face's cache variables, each pointed below the session's root (paths under huggingface/).
+_HF_VARIABLES = {
+    "HF_HOME": "",
+    "HF_DATASETS_CACHE": "datasets",
+    "HF_HUB_CACHE": "hub",
+    "HUGGINGFACE_HUB_CACHE": "hub",
+    "HF_ASSETS_CACHE": "assets",
+    "HF_XET_CACHE": "xet",
+    "TRANSFORMERS_CACHE": "hub",
+    "HF_MODULES_CACHE": "modules",
+    "HF_EVALUATE_CACHE": "evaluate",
+    "HF_METRICS_CACHE": "metrics",
+}
+# Other libraries' caches and settings, below the session's root too.
+_OTHER_VARIABLES = {
+    "XDG_CACHE_HOME": "xdg-cache",  # anything else that follows the XDG rule
+    "TORCH_HOME": "torch",
+    "MPLCONFIGDIR": "matplotlib",
+    "TRITON_CACHE_DIR": "triton",
+    "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+    "WANDB_CACHE_DIR": "wandb-cache",
+    "WANDB_CONFIG_DIR": "wandb-config",
+    "WANDB_DATA_DIR": "wandb-data",
+}
+
+# The user's real caches stay untouched: found before anything is redirected, then every cache of
+# the session (jaxeval's: task index, requests, kernels, compiled executables, models; Hugging
+# Face's hub, datasets, evaluate and modules; torch, matplotlib, triton, W&B, anything under
+# $XDG_CACHE_HOME) lives under one temporary root, removed at exit. This runs when pytest imports
+# this file, before any test module imports `datasets` (which reads its paths at import).
+USER_CACHE = _user_cache_home()
+USER_HF_CACHES = _user_hf_caches()
+TEST_ROOT = pathlib.Path(tempfile.mkdtemp(prefix="jaxeval-test-root-")).resolve()
+atexit.register(shutil.rmtree, TEST_ROOT, ignore_errors=True)
+for _name, _rel in _HF_VARIABLES.items():
+    os.environ[_name] = str(TEST_ROOT / "huggingface" / _rel)
+for _name, _rel in _OTHER_VARIABLES.items():
+    os.environ[_name] = str(TEST_ROOT / _rel)
+
+
+def listing(roots: tuple[pathlib.Path, ...]) -> list[tuple[str, int, int]]:
+    """Every file under `roots` with its size and modification time (links not followed)."""
+    out = []
+    for root in roots:
+        for folder, _dirs, files in os.walk(root):
+            for name in files:
+                path = os.path.join(folder, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                out.append((path, st.st_size, st.st_mtime_ns))
+    return sorted(out)
+
 
 # Must happen before jax is imported anywhere: 8 host devices so sharding tests can build meshes,
 # and XLA:CPU's code generated without LLVM's optimizations: the suite compiles thousands of small
@@ -28,27 +105,13 @@ os.environ.setdefault("DISABLE_MULTIPROC", "1")  # the name lm-eval 0.4.13 metri
 # Hermetic: no persistent XLA cache (tests that need one pass a temporary directory).
 os.environ.setdefault("JAXEVAL_COMPILATION_CACHE", "off")
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _user_cache_home() -> pathlib.Path:
-    """The user's jaxeval cache as `jaxeval.paths.cache_home` finds it (jaxeval not imported yet)."""
-    root = os.environ.get("JAXEVAL_CACHE")
-    if root:
-        return pathlib.Path(root).expanduser().resolve()
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return (pathlib.Path(xdg) / "jaxeval").resolve()
-
-
-# The user's real caches stay untouched: every cache of the session (task index, requests, kernels,
-# compiled executables, models) lives under a temporary root, removed at exit. The real-model
-# tests' file (SmolLM2 GGUF) comes from `JAXEVAL_TEST_MODELS` (`.ci/run` fetches it there:
+# jaxeval's own cache root. The real-model tests' file (SmolLM2 GGUF) comes from
+# `JAXEVAL_TEST_MODELS` (`.ci/run` fetches it there:
 # `JAXEVAL_CACHE=$JAXEVAL_TEST_MODELS python -m jaxeval.demo.fetch`; default `<repo>/.test-models`),
 # linked into the session's root, never from the user's cache.
-USER_CACHE = _user_cache_home()
 TEST_MODELS = pathlib.Path(os.environ.get("JAXEVAL_TEST_MODELS") or REPO / ".test-models")
-SESSION_CACHE = pathlib.Path(tempfile.mkdtemp(prefix="jaxeval-test-cache-")).resolve()
-atexit.register(shutil.rmtree, SESSION_CACHE, ignore_errors=True)
+SESSION_CACHE = TEST_ROOT / "jaxeval"
+SESSION_CACHE.mkdir()
 os.environ["JAXEVAL_CACHE"] = str(SESSION_CACHE)
 os.environ.pop("JAXEVAL_CACHE_PATH", None)
 os.environ.pop("JAXEVAL_INDEX_CACHE", None)
@@ -67,12 +130,20 @@ TEST_DATA = REPO / "tests" / "data"
 _MISSING_DATA = ("not found", "no such file", "missing data", "../shared")
 
 
-def forbidden_prefixes(repo: pathlib.Path, user_cache: pathlib.Path) -> tuple[str, ...]:
-    """Where tests must never open a file: the user's jaxeval cache, and the repository's
-    siblings (../shared, other projects) other than hidden folders (a home's .cache, .local, ...)
-    and those holding this Python or the temporary directory. A clone inside $HOME passes."""
-    keep = {pathlib.Path(sys.prefix).resolve(), pathlib.Path(tempfile.gettempdir()).resolve()}
-    out = [str(user_cache)]
+def forbidden_prefixes(
+    repo: pathlib.Path,
+    user_cache: pathlib.Path,
+    *,
+    home: pathlib.Path | None = None,
+    user_hf: tuple[pathlib.Path, ...] = (),
+) -> tuple[str, ...]:
+    """Where tests must never open a file: the user's jaxeval and Hugging Face caches, and the
+    repository's real siblings (../shared, other projects) other than hidden folders (a home's
+    .cache, .local, ...) and those holding the home folder (`home`, default $HOME), this Python or
+    the temporary directory. A clone inside $HOME passes, and so does one beside it."""
+    home = (home or pathlib.Path.home()).resolve()
+    keep = {home, pathlib.Path(sys.prefix).resolve(), pathlib.Path(tempfile.gettempdir()).resolve()}
+    out = [str(user_cache), *map(str, user_hf)]
     parent = repo.parent
     if parent != parent.parent:
         for sibling in sorted(parent.iterdir()):
@@ -93,7 +164,7 @@ READ_AT_IMPORT: list[str] = []
 READ_BESIDE_REPO: list[str] = []
 _collecting = [True]
 _DATA_PREFIX = str(TEST_DATA) + os.sep
-FORBIDDEN = forbidden_prefixes(REPO, USER_CACHE)
+FORBIDDEN = forbidden_prefixes(REPO, USER_CACHE, user_hf=USER_HF_CACHES)
 
 
 def _audit_open(event: str, args: tuple) -> None:

@@ -1,5 +1,6 @@
 """The suite stands alone: rows under tests/data only, nothing read while test modules import,
-caches under the session's own temporary root, the user's cache never opened.
+every cache (jaxeval's, Hugging Face's, torch's, ...) under the session's own temporary root, the
+user's caches never opened or changed.
 
 tests/conftest.py records, with an audit hook, every file opened under tests/data while pytest
 collects (imports) the test modules, and every file opened beside the repository (../shared) at any
@@ -53,6 +54,84 @@ def test_every_cache_lives_under_the_sessions_own_root():
         assert conftest.SESSION_CACHE in paths.cache_dir(kind).resolve().parents
     assert conftest.SESSION_CACHE in pathlib.Path(compile_cache.default_dir()).resolve().parents
     assert str(conftest.USER_CACHE) + os.sep in conftest.FORBIDDEN
+
+
+def test_every_library_cache_lives_under_the_sessions_own_root():
+    """Hugging Face's hub, datasets, evaluate and modules caches, torch's and matplotlib's, and
+    anything that follows $XDG_CACHE_HOME resolve under the session's temporary root, set before
+    those libraries read them at import."""
+    import datasets.config
+    import huggingface_hub.constants
+    from transformers.utils import hub as transformers_hub
+
+    paths = {
+        "datasets": datasets.config.HF_DATASETS_CACHE,
+        "datasets modules": datasets.config.HF_MODULES_CACHE,
+        "hub": huggingface_hub.constants.HF_HUB_CACHE,
+        "hub home": huggingface_hub.constants.HF_HOME,
+        "hub token": huggingface_hub.constants.HF_TOKEN_PATH,
+        "xet": huggingface_hub.constants.HF_XET_CACHE,
+        "transformers modules": transformers_hub.HF_MODULES_CACHE,
+        **{name: os.environ[name] for name in ("XDG_CACHE_HOME", "MPLCONFIGDIR", "TORCH_HOME")},
+    }
+    try:  # torch is not installed on every leg
+        import torch.hub
+
+        paths["torch"] = torch.hub.get_dir()
+    except ImportError:
+        pass
+    try:
+        import evaluate.config
+
+        paths["evaluate"] = evaluate.config.HF_EVALUATE_CACHE
+        paths["evaluate modules"] = evaluate.config.HF_MODULES_CACHE
+    except ImportError:
+        pass
+    outside = {
+        name: str(path)
+        for name, path in paths.items()
+        if conftest.TEST_ROOT not in pathlib.Path(path).resolve().parents
+    }
+    assert not outside, outside
+    for user_hf in conftest.USER_HF_CACHES:
+        assert str(user_hf) + os.sep in conftest.FORBIDDEN
+
+
+def test_loading_a_dataset_writes_its_cache_under_the_root_only(tmp_path):
+    """`datasets` writes its Arrow cache under the session's root; the user's Hugging Face caches
+    are not changed (a listing before and after) nor opened."""
+    import datasets
+
+    source = tmp_path / "rows.jsonl"
+    source.write_text("".join(json.dumps({"q": f"row {i}", "n": i}) + "\n" for i in range(5)))
+    before = conftest.listing(conftest.USER_HF_CACHES)
+    rows = datasets.load_dataset("json", data_files={"test": str(source)}, split="test")
+    assert rows["n"] == list(range(5))
+    assert conftest.listing(conftest.USER_HF_CACHES) == before
+    written = conftest.listing((pathlib.Path(datasets.config.HF_DATASETS_CACHE),))
+    assert any(path.endswith(".arrow") for path, _, _ in written)
+    assert conftest.READ_BESIDE_REPO == []
+
+
+@pytest.mark.parametrize("home_at", ["beside", "above"])
+def test_forbidden_folders_are_the_repositorys_real_siblings(tmp_path, home_at):
+    """The siblings of the clone are forbidden, except hidden folders and those holding the home
+    folder, this Python or the temporary folder: a home beside the clone is not one of them, and
+    neither is the home a clone sits in; the user's caches always are."""
+    root = tmp_path / "box"
+    home = root / "home"
+    repo = root / "home" / "jaxeval" if home_at == "above" else root / "jaxeval"
+    for folder in (repo, root / "home" / "Documents", root / "shared", root / ".hidden"):
+        folder.mkdir(parents=True, exist_ok=True)
+    user_cache = home / ".cache" / "jaxeval"
+    hf = (home / ".cache" / "huggingface",)
+    found = conftest.forbidden_prefixes(repo, user_cache, home=home, user_hf=hf)
+    siblings = {p for p in found if p.rstrip(os.sep) not in (str(user_cache), str(hf[0]))}
+    if home_at == "beside":
+        assert siblings == {str(root / "shared") + os.sep}
+    else:  # the clone inside the home: its siblings are the home's other folders
+        assert siblings == {str(home / "Documents") + os.sep}
+    assert str(user_cache) + os.sep in found and str(hf[0]) + os.sep in found
 
 
 def _snapshot(root: pathlib.Path) -> list[tuple[str, int, int]]:
@@ -112,6 +191,7 @@ def test_a_clone_inside_a_home_folder_passes_and_leaves_the_users_cache_alone(tm
             (clone / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, clone / rel)
     real_before = _snapshot(conftest.USER_CACHE)
+    hf_before = conftest.listing(conftest.USER_HF_CACHES)
     env = {
         k: v
         for k, v in os.environ.items()
@@ -129,3 +209,4 @@ def test_a_clone_inside_a_home_folder_passes_and_leaves_the_users_cache_alone(tm
     assert " passed" in done.stdout and "failed" not in done.stdout
     assert not (home / ".cache" / "jaxeval").exists()
     assert _snapshot(conftest.USER_CACHE) == real_before
+    assert conftest.listing(conftest.USER_HF_CACHES) == hf_before

@@ -343,6 +343,15 @@ class Task:
             if self.multiple_input
             else self.doc_to_target(doc, doc_index=doc_index)
         )
+        if not choices:
+            raise JaxevalError(
+                f"doc_to_choice produced no choices for document {doc_index}",
+                task=self.name,
+                field="doc_to_choice",
+                doc=doc_index,
+                hint="a multiple-choice document needs at least one choice: fix doc_to_choice, "
+                "or drop such documents in process_docs",
+            )
         golds = gold if isinstance(gold, list) else [gold]
         out = []
         for g in golds:

@@ -10,14 +10,20 @@ A `!function` tag inside an included template resolves against the template's ow
 `xquad/xquad_de.yaml` including `xquad_common_yaml` (`!function utils.process_results_qa`) reads
 `xquad/utils.py`.
 
-What `!function a.b.name` may reach (nothing else runs):
+What `!function a.b.name` may reach. Checked before anything is imported:
 
-* `<folder of the YAML>/a/b.py`, or
-* a module of an installed task package: `jaxeval.tasks.*` or lm-eval's `lm_eval.tasks.*`,
+* every dotted part is non-empty (no leading, trailing or doubled dot: `.tmp.x.evil.fn` would
+  otherwise name the absolute /tmp/x/evil.py), and
+* the module is `<folder of the YAML>/a/b.py` (lm-eval's rule), whose real path, symbolic links
+  followed, lies inside the YAML's real folder; or a module of an installed task package,
+  `jaxeval.tasks.*` or lm-eval's `lm_eval.tasks.*`.
 
-and only a function, class (e.g. a `Filter` subclass) or `functools.partial` that the module
-defines, or re-exports from lm-eval / jaxeval. `!function os.system` is an error naming the file
-and the tag, and so is `!function utils.system` when utils.py did `from os import system`.
+Importing the module then runs its top-level code, as any Python import (and lm-eval) does: a helper
+file inside a task folder is code you run. After the import, the name must be a function, class
+(e.g. a `Filter` subclass) or `functools.partial` that the module defines, or re-exports from
+lm-eval / jaxeval: `!function os.system` is an error naming the file and the tag before anything is
+imported, and `!function utils.system`, where utils.py did `from os import system`, after utils.py
+has run.
 """
 
 from __future__ import annotations
@@ -140,6 +146,34 @@ def _defined_in(obj: Any, module: Any) -> bool:
     return owner == module.__name__ or owner.startswith(_LIBRARY_PREFIXES)
 
 
+def _helper_path(
+    qualname: str, mod_path: str, fn_name: str, base_dir: Path, *, source: Path
+) -> Path:
+    """The helper file `!function a.b.name` names: `<base_dir>/a/b.py` (lm-eval's rule), refused
+    unless every dotted part is non-empty and its real path (links followed) is inside the real
+    `base_dir`. A leading dot would otherwise make it absolute: `.tmp.x.evil` -> /tmp/x/evil.py."""
+    tag = f"!function {qualname}"
+    if "" in mod_path.split(".") or not fn_name:
+        raise JaxevalError(
+            f"{tag}: the name has an empty part (a leading, trailing or doubled dot)",
+            file=str(source),
+            field="!function",
+            hint="write !function module.function_name, the module a file inside the YAML's "
+            "folder, e.g. !function utils.process_docs for utils.py beside the YAML",
+        )
+    folder = base_dir.resolve()
+    local = (folder / f"{mod_path.replace('.', '/')}.py").resolve()
+    if not local.is_relative_to(folder):
+        raise JaxevalError(
+            f"{tag}: the module resolves to {local}, outside the YAML's folder {folder}",
+            file=str(source),
+            field="!function",
+            hint="!function may load only a Python file inside the YAML's own folder (or a "
+            f"module of {' / '.join(TASK_PACKAGES)}): move the helper there",
+        )
+    return local
+
+
 def resolve_function(qualname: str, base_dir: Path, *, source: Path) -> Any:
     """`utils.process_docs` -> the function, from `base_dir/utils.py` or an installed task package."""
     tag = f"!function {qualname}"
@@ -151,7 +185,7 @@ def resolve_function(qualname: str, base_dir: Path, *, source: Path) -> Any:
             field="!function",
             hint="write !function module.function_name, e.g. !function utils.process_docs",
         )
-    local = (base_dir / f"{mod_path.replace('.', '/')}.py").resolve()
+    local = _helper_path(qualname, mod_path, fn_name, base_dir, source=source)
     in_package = any(mod_path == p or mod_path.startswith(p + ".") for p in TASK_PACKAGES)
     if not local.exists() and not in_package:
         raise JaxevalError(

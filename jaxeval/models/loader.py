@@ -17,7 +17,7 @@ names with dequantized rows, so each shard is still read (and dequantized) on it
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 import os
 from typing import Any
 
@@ -28,11 +28,12 @@ from jax.sharding import Mesh
 
 from jaxeval.errors import JaxevalError
 from jaxeval.models.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
+from jaxeval.models.families.config import text_config
 from jaxeval.models.params import ParamInfo, is_info, param_layout
 from jaxeval.models.runtime import Runtime, make_runtime
 from jaxeval.models.sharding import logical_sharding
 from jaxeval.models.spec import ModelSpec
-from jaxeval.models.weights import gguf
+from jaxeval.models.weights import bounds, gguf
 from jaxeval.models.weights.checkpoint import CheckpointReader
 from jaxeval.models.weights.gguf_file import GGUFFile
 from jaxeval.models.weights.hf import Source
@@ -72,16 +73,26 @@ class LoadedModel:
             raise ValueError("LoadedModel: the runtime's mesh is not the model's mesh")
 
 
-def _dtype_name(name: str | None, raw_config: dict[str, Any], *, what: str) -> str:
-    name = _DTYPE_ALIASES.get(name, name)
+def _check_dtype_name(name: Any, *, what: str) -> str:
+    """`name` with its alias resolved ("bf16" -> "bfloat16"), or "auto"; checked before any file
+    is opened, so that a misspelt dtype fails at once, naming the argument."""
+    name = _DTYPE_ALIASES.get(name, name) if isinstance(name, str) else name
+    if name != "auto" and name not in STORAGE_DTYPES:
+        raise JaxevalError(
+            f"unknown {what} {name!r}",
+            field=what,
+            hint=f"use one of {', '.join(STORAGE_DTYPES)} or 'auto' (the checkpoint's own)",
+        )
+    return name
+
+
+def dtype_name(name: str | None, raw_config: dict[str, Any], *, what: str) -> str:
+    """The storage or compute dtype `name` stands for (`auto`: the checkpoint's own, else float32);
+    a named error for a dtype jaxeval does not compute in."""
+    name = _check_dtype_name(name, what=what)
     if name == "auto":
         saved = raw_config.get("dtype") or raw_config.get("torch_dtype") or "float32"
         name = saved if saved in STORAGE_DTYPES else "float32"
-    if name not in STORAGE_DTYPES:
-        raise JaxevalError(
-            f"unknown {what} {name!r}",
-            hint=f"use one of {', '.join(STORAGE_DTYPES)} or 'auto'",
-        )
     return name
 
 
@@ -109,14 +120,57 @@ def resolve_path(pretrained: str, revision: str | None = None) -> str:
         ) from err
 
 
-def _read_raw_config(path: str) -> dict[str, Any]:
-    config_path = os.path.join(path, "config.json")
-    if not os.path.isfile(config_path):
+def read_hf_config(path: str, *, trust_remote_code: bool = False) -> Any:
+    """transformers' config object of the directory `path`, from a config.json that is a JSON
+    object whose sizes are within `bounds.CAPS` (checked first: transformers builds per-layer lists
+    from them); a value transformers refuses is a named error."""
+    bounds.read_config_json(path)
+    return _transformers_config(path, trust_remote_code)
+
+
+def _transformers_config(path: str, trust_remote_code: bool) -> Any:
+    """transformers' config object of `path`; a value it refuses is a named error."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as e:  # any value transformers refuses (its own validators' errors too)
         raise JaxevalError(
-            "missing config.json", file=path, hint="the model directory needs its config.json"
-        )
-    with open(config_path) as f:
-        return json.load(f)
+            f"transformers cannot read this config.json ({type(e).__name__}: {e})",
+            file=os.path.join(path, "config.json"),
+            hint="download the model's config.json again, or fix the value it names",
+        ) from None
+
+
+def _check_weights_hold(cfg: Any, raw: dict[str, Any], family: Family, reader: Any, path: str):
+    """The layers, experts, vocabulary and width that config.json declares are present among the
+    checkpoint's tensors (their names and shapes; no weight is read): `bounds.check_counts`."""
+    if family.text_config:
+        cfg, raw, prefix = text_config(cfg), raw.get("text_config") or {}, "text_config."
+    else:
+        prefix = ""
+
+    def declared(value_name: str, *spellings: str) -> tuple[str, Any]:
+        field = next((s for s in spellings if s in raw), spellings[0])
+        return prefix + field, getattr(cfg, value_name, None)
+
+    counts = {
+        "layers": declared("num_hidden_layers", "num_hidden_layers", "n_layer", "num_layers"),
+        "vocab": declared("vocab_size", "vocab_size"),
+        "width": declared("hidden_size", "hidden_size", "n_embd"),
+    }
+    experts = getattr(family.options, "experts", None)
+    if experts is not None:
+        counts["experts"] = declared(experts.count, experts.count)
+    found = bounds.on_disk(reader.names, reader.shape)
+    bounds.check_counts(
+        counts,
+        found,
+        file=os.path.join(path, "config.json"),
+        weights="the checkpoint's tensors",
+        hint="the config does not match the weights beside it: use the config.json that came "
+        "with these weights, or download the checkpoint again",
+    )
 
 
 def _check_supported(raw: dict[str, Any], path: str, trust_remote_code: bool) -> str:
@@ -171,6 +225,31 @@ def _resolve_keys(
         return dataclasses.replace(source, key=template)
 
     return jax.tree.map(fix, layout, sources, is_leaf=is_info)
+
+
+def _check_sizes(reader: CheckpointReader, sources: Any, layout: Any, path: str) -> None:
+    """Each parameter's first tensor holds at least the values its declared shape needs (a
+    conversion only reorders or selects), checked before any weight is read: a head count, head
+    width or MLP width larger than the weights fails here, naming the tensor."""
+
+    def check(where: Any, info: ParamInfo, source: Source) -> None:
+        shape = info.shape[1:] if info.axes[0] == "layers" else info.shape
+        if "{e}" in source.key:
+            shape = shape[1:]
+        key = source.key.format(i=source.first_layer, e=0)
+        stored = tuple(reader.shape(key))
+        if math.prod(shape) > math.prod(stored):
+            name = jax.tree_util.keystr(where, simple=True, separator=".")
+            raise JaxevalError(
+                f"parameter {name!r} is {shape} by the config's sizes, but its tensor {key!r} "
+                f"is only {stored}",
+                file=path,
+                hint="the config's head counts or widths (num_attention_heads, "
+                "num_key_value_heads, head_dim, intermediate_size) do not match the weights: use "
+                "the config.json that came with them (a GGUF file: download it again)",
+            )
+
+    jax.tree_util.tree_map_with_path(check, layout, sources, is_leaf=is_info)
 
 
 def _load_leaf(
@@ -268,12 +347,12 @@ def _open_checkpoint(
         raw = {"model_type": hf_config.model_type, "dtype": _gguf_float_dtype(f)}
         return gguf_path, raw, hf_config, gguf.GGUFCheckpoint(f, hf_config), gguf_path
     path = resolve_path(pretrained, revision)
-    raw = _read_raw_config(path)
-    _check_supported(raw, path, trust_remote_code)
-    from transformers import AutoConfig
-
-    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    return path, raw, hf_config, with_mxfp4(CheckpointReader(path)), None
+    raw = bounds.read_config_json(path)  # a named error when corrupt; sizes within the caps
+    model_type = _check_supported(raw, path, trust_remote_code)
+    hf_config = _transformers_config(path, trust_remote_code)
+    reader = with_mxfp4(CheckpointReader(path))
+    _check_weights_hold(hf_config, raw, FAMILIES[model_type], reader, path)
+    return path, raw, hf_config, reader, None
 
 
 def load_model(
@@ -296,12 +375,15 @@ def load_model(
     (`attention.select_attention`: "auto", "cpu", or "xla", the reference, by default;
     None reads `JAXEVAL_ATTENTION`); `JaxLM` makes its own runtime for the model it runs.
     """
+    _check_dtype_name(dtype, what="dtype")
+    if compute_dtype:
+        _check_dtype_name(compute_dtype, what="compute_dtype")
     path, raw, hf_config, reader, gguf_path = _open_checkpoint(
         pretrained, gguf_file, revision, trust_remote_code
     )
     model_type = raw["model_type"]
-    storage = _dtype_name(dtype, raw, what="dtype")
-    compute = _dtype_name(compute_dtype, raw, what="compute_dtype") if compute_dtype else storage
+    storage = dtype_name(dtype, raw, what="dtype")
+    compute = dtype_name(compute_dtype, raw, what="compute_dtype") if compute_dtype else storage
 
     family = FAMILIES[model_type]
     mesh = single_device_mesh() if mesh is None else mesh
@@ -314,6 +396,7 @@ def load_model(
     ):
         raise AssertionError(f"weight map of {model_type} does not match its parameter layout")
     sources = _resolve_keys(reader, family, sources, layout, spec, path)
+    _check_sizes(reader, sources, layout, path)
 
     np_dtype = STORAGE_DTYPES[storage]
 

@@ -43,6 +43,7 @@ from jaxeval.kernels.score import fast_vocab_chunk
 from jaxeval.lm.args import parse_model_args
 from jaxeval.models.decoder import attention_block_size
 from jaxeval.models.families import spec_from_config
+from jaxeval.models.loader import read_hf_config
 from jaxeval.models.sharding import cache_shardings, param_shardings, split_ways
 from jaxeval.platform.mesh import batch_shards, make_abstract_mesh
 
@@ -134,9 +135,8 @@ def read_config(path: str) -> Any:
             field="pretrained",
             hint="give a directory holding the model's config.json (weights are not needed)",
         )
-    from transformers import AutoConfig  # heavy: imported only when planning
-
-    return AutoConfig.from_pretrained(path)
+    # a corrupt config.json, or sizes past any model's (`models.weights.bounds`), is a named error
+    return read_hf_config(path)
 
 
 def plan_memory(

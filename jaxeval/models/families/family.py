@@ -14,6 +14,7 @@ from typing import Any
 from jaxeval.models.families.config import text_config
 from jaxeval.models.families.dense import Decoder, build_decoder
 from jaxeval.models.spec import ModelSpec
+from jaxeval.models.weights import bounds
 from jaxeval.models.weights import hf as hf_weights
 
 
@@ -41,7 +42,9 @@ class Family:
     text_config: bool = False
 
     def build(self, cfg: Any, compute_dtype: str) -> ModelSpec:
-        """The `ModelSpec` of this family's config `cfg`."""
+        """The `ModelSpec` of this family's config `cfg`, its sizes first held to `bounds.CAPS`
+        (per-layer tables are built from them)."""
+        bounds.check_config(cfg)
         if self.text_config:
             cfg = text_config(cfg)
         return self.builder(cfg, compute_dtype, self.options)

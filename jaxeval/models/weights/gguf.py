@@ -9,7 +9,8 @@ needs torch. Here the same three things come from the file without torch:
   plus the expert sizes and windows llama.cpp writes for MoE files that the table misses, then
   `AutoConfig.for_model`;
 - **tokenizer**: transformers' GGUF tokenizer converter on the file's vocabulary and merges,
-  wrapped as a fast tokenizer with the file's special tokens and chat template;
+  wrapped as a fast tokenizer with the file's special tokens and chat template
+  (`gguf_tokenizer.load_tokenizer`, re-exported here);
 - **tensors**: `GGUFCheckpoint` answers HF tensor names (`model.layers.3.self_attn.q_proj.weight`)
   from GGUF ones (`blk.3.attn_q.weight`, via the `gguf` package's name map) and undoes llama.cpp's
   conversions, so the safetensors loader reads it unchanged:
@@ -39,8 +40,10 @@ from typing import Any
 import numpy as np
 
 from jaxeval.errors import JaxevalError
+from jaxeval.models.weights import bounds
 from jaxeval.models.weights import hf as hf_weights
 from jaxeval.models.weights.gguf_file import GGUFFile
+from jaxeval.models.weights.gguf_tokenizer import load_tokenizer as load_tokenizer  # re-exported
 
 # GGUF `general.architecture` -> the transformers model_type we build from it (our families).
 GGUF_ARCHITECTURES = {
@@ -68,12 +71,6 @@ _EXTRA_CONFIG_KEYS = {
     "qwen3_moe": {"expert_feed_forward_length": "moe_intermediate_size"},
     # transformers' gpt_oss table expects `sliding_window`; llama.cpp writes `attention.sliding_window`
     "gpt_oss": {"attention.key_length": "head_dim", "attention.sliding_window": "sliding_window"},
-}
-_SPECIAL_TOKENS = {
-    "bos_token": "bos_token_id",
-    "eos_token": "eos_token_id",
-    "unk_token": "unknown_token_id",
-    "pad_token": "padding_token_id",
 }
 
 
@@ -144,7 +141,15 @@ def gguf_architecture(f: GGUFFile) -> str:
 
 def config_dict(f: GGUFFile) -> dict[str, Any]:
     """The transformers config dict for this file, renamed exactly as transformers does, plus the
-    MoE keys its table misses (`_EXTRA_CONFIG_KEYS`) and gpt-oss's yarn parameters."""
+    MoE keys its table misses (`_EXTRA_CONFIG_KEYS`) and gpt-oss's yarn parameters; its sizes
+    within `bounds.CAPS` (an error names the GGUF key)."""
+    config, origin = _config_and_origin(f)
+    bounds.check_config_dict(config, file=f.path, shown=lambda key: origin.get(key, key))
+    return config
+
+
+def _config_and_origin(f: GGUFFile) -> tuple[dict[str, Any], dict[str, str]]:
+    """(`config_dict`'s dict, transformers key -> the GGUF key it was read from)."""
     from transformers.integrations.ggml import GGUF_CONFIG_DEFAULTS_MAPPING, GGUF_CONFIG_MAPPING
 
     arch = gguf_architecture(f)
@@ -155,10 +160,11 @@ def config_dict(f: GGUFFile) -> dict[str, Any]:
     config: dict[str, Any] = {
         "tie_word_embeddings": "output.weight" not in f.tensors,
     }
+    origin: dict[str, str] = {}
     for key, value in (GGUF_CONFIG_DEFAULTS_MAPPING.get(updated) or {}).items():
         config.setdefault(key, value)
-    for key, value in f.metadata.items():
-        key = key.replace(arch, updated)
+    for gguf_key, value in f.metadata.items():
+        key = gguf_key.replace(arch, updated)
         prefix, _, rest = key.partition(".")
         if isinstance(value, list) and len(value) == 1:
             value = value[0]
@@ -169,6 +175,7 @@ def config_dict(f: GGUFFile) -> dict[str, Any]:
             renamed = extra.get(rest)
         if renamed is not None and renamed != -1:
             config[renamed] = value
+            origin[renamed] = gguf_key
     if updated == "gpt_oss":
         _gpt_oss_rope(f.metadata, arch, config)
     if config.get("model_type") == "gpt2" and "n_ctx" in config:
@@ -179,7 +186,8 @@ def config_dict(f: GGUFFile) -> dict[str, Any]:
         config["model_type"] = "gemma3_text"
     if "vocab_size" not in config and "tokenizer.ggml.tokens" in f.metadata:
         config["vocab_size"] = len(f.metadata["tokenizer.ggml.tokens"])
-    return config
+        origin["vocab_size"] = "tokenizer.ggml.tokens"
+    return config, origin
 
 
 def _gpt_oss_rope(meta: dict[str, Any], arch: str, config: dict[str, Any]) -> None:
@@ -207,48 +215,42 @@ def _gpt_oss_rope(meta: dict[str, Any], arch: str, config: dict[str, Any]) -> No
 
 
 def load_config(f: GGUFFile) -> Any:
+    """transformers' config object for the file (`config_dict`), whose layers, experts, vocabulary
+    and width the file's tensor infos must hold (`bounds.check_counts`)."""
     from transformers import AutoConfig
 
-    config = dict(config_dict(f))
-    return AutoConfig.for_model(config.pop("model_type"), **config)
-
-
-def load_tokenizer(f: GGUFFile, **overrides: Any) -> Any:
-    """A fast tokenizer from the file's vocabulary, as transformers builds it for `gguf_file=`.
-
-    `overrides` (e.g. `add_bos_token=True`) replace the file's tokenizer settings, as keyword
-    arguments to `AutoTokenizer.from_pretrained` do.
-    """
-    from transformers import PreTrainedTokenizerFast
-    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
-        GGUF_TOKENIZER_MAPPING,
-        convert_gguf_tokenizer,
-    )
-
-    meta = f.metadata
-    if "tokenizer.ggml.tokens" not in meta:
+    config, origin = _config_and_origin(f)
+    shown = lambda key: origin.get(key, key)  # noqa: E731
+    bounds.check_config_dict(config, file=f.path, shown=shown)
+    model_type = config.pop("model_type")
+    try:
+        cfg = AutoConfig.for_model(model_type, **config)
+    except Exception as e:  # any value transformers refuses (its own validators' errors too)
         raise JaxevalError(
-            "this GGUF file has no tokenizer (no tokenizer.ggml.tokens)",
+            f"transformers cannot build a {model_type!r} config from this file's metadata "
+            f"({type(e).__name__}: {e})",
             file=f.path,
-            hint="pass tokenizer=<a Hugging Face tokenizer dir> in --model_args",
-        )
-    grouped = {
-        group: {
-            new: meta[f"tokenizer.{old}"]
-            for old, new in names.items()
-            if f"tokenizer.{old}" in meta
-        }
-        for group, names in GGUF_TOKENIZER_MAPPING.items()
+            hint="the file's metadata is corrupt: download it again, or rewrite it with llama.cpp",
+        ) from None
+    layers, width = ("n_layer", "n_embd") if model_type == "gpt2" else ("num_hidden_layers", "")
+    declared = {
+        "layers": (shown(layers), getattr(cfg, "num_hidden_layers", None)),
+        "vocab": (shown("vocab_size"), getattr(cfg, "vocab_size", None)),
+        "width": (shown(width or "hidden_size"), getattr(cfg, "hidden_size", None)),
     }
-    tokens, tokenizer_config = grouped["tokenizer"], grouped["tokenizer_config"]
-    if tokens.get("tokenizer_type") == "llama":  # sentencepiece files that do not say: BOS added
-        tokenizer_config.setdefault("add_bos_token", True)
-    for name, key in _SPECIAL_TOKENS.items():
-        token_id = meta.get(f"tokenizer.ggml.{key}")
-        tokenizer_config[name] = tokens["tokens"][token_id] if token_id is not None else None
-    backend, extra = convert_gguf_tokenizer(f.architecture, tokens)
-    settings = {**tokenizer_config, **extra, **overrides}
-    return PreTrainedTokenizerFast(tokenizer_object=backend, name_or_path=f.path, **settings)
+    experts = next((k for k in ("num_experts", "num_local_experts") if k in config), None)
+    if experts is not None:
+        declared["experts"] = (shown(experts), getattr(cfg, experts, None))
+    found = bounds.on_disk(f.tensors, f.shape)
+    bounds.check_counts(
+        declared,
+        found,
+        file=f.path,
+        weights="the file's tensors",
+        hint="the file's metadata does not match its tensors: the file is corrupt; download it "
+        "again",
+    )
+    return cfg
 
 
 def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
@@ -395,7 +397,15 @@ class GGUFCheckpoint:
         whole = permute or self._transposed(name) or len(shape) != len(self.file.shape(name))
         w = self.file.read(name, None if whole else rows)
         if permute:
-            w = _unpermute(w, self._heads if ".attn_q." in name else self._kv_heads)
+            heads = self._heads if ".attn_q." in name else self._kv_heads
+            if w.shape[0] % (2 * heads):
+                raise JaxevalError(
+                    f"tensor {name!r}: its {w.shape[0]} rows do not split into {heads} heads of "
+                    "an even width",
+                    file=self.path,
+                    hint="the file's head counts do not match its tensors: download it again",
+                )
+            w = _unpermute(w, heads)
         if self._transposed(name):
             w = hf_weights.transpose(w)
         if self._arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):

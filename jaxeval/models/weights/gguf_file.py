@@ -179,7 +179,19 @@ class GGUFFile:
             ne = [cur.scalar("<Q") for _ in range(cur.scalar("<I"))]
             ggml_type, offset = cur.scalar("<I"), cur.scalar("<Q")
             self.tensors[name] = (tuple(reversed(ne)), ggml_type, offset)
-        align = int(self.metadata.get("general.alignment", 32))
+        align = self.metadata.get("general.alignment", 32)
+        if (
+            isinstance(align, bool)
+            or not isinstance(align, int)
+            or align <= 0
+            or align & (align - 1)
+        ):
+            raise JaxevalError(
+                f"general.alignment is {align!r}; GGUF requires a power of two (32 by default)",
+                file=path,
+                field="general.alignment",
+                hint="the file is corrupt: download it again, or rewrite it with llama.cpp",
+            )
         self.data_start = -(-cur.pos // align) * align
 
     @property
