@@ -9,11 +9,14 @@ each kernel batch, and each call is one transaction. A run killed at any point k
 batch; its rerun serves those from the file and recomputes at most the batch that was in flight.
 Models without the hook are stored when their call returns.
 
-The fingerprint names what produced an answer: the model's `fingerprint()` (JaxLM: weights' and
-tokenizer files' identity, dtype, max_length, tokenizer), else its class. Rows of another
-fingerprint are never served; a file holding them gets a warning. Sampled generations are never
-stored. Values are JSON (not pickles), so a cache file is safe to share. Multi-host: only process
-0 opens the file (`response_cache`).
+The fingerprint names what produced an answer: the model's `fingerprint()` (JaxLM: its files,
+config, spec, tokenizer and every model argument that can change an answer, `jaxeval.lm.fingerprint`),
+else its class. A row is served only under its key and its fingerprint; a file holding rows of
+other fingerprints gets a warning counting them. A stored value is checked before it is served
+(`checked_answer`): a malformed, non-finite or wrongly typed one is a miss, computed again and
+replaced, with a warning once. Sampled generations are never stored. Values are JSON (not
+pickles), so a cache file is safe to share. Multi-host: only process 0 opens the file
+(`response_cache`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import sqlite3
 from collections.abc import Sequence
@@ -34,21 +38,34 @@ log = logging.getLogger(__name__)
 METHODS = ("loglikelihood", "loglikelihood_rolling", "generate_until")
 
 
-def file_identity(path: str) -> list:
-    """[name, size, mtime_ns] of a file, or of every file directly inside a directory; [] if absent.
-    Rewriting weights under the same path changes size or mtime, so the fingerprint changes."""
-    if not path or not os.path.exists(path):
-        return []
-    if os.path.isfile(path):
-        st = os.stat(path)
-        return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
-    out = []
-    for name in sorted(os.listdir(path)):
-        full = os.path.join(path, name)
-        if os.path.isfile(full):
-            st = os.stat(full)
-            out.append([name, st.st_size, st.st_mtime_ns])
-    return [os.path.abspath(path), out]
+def _finite_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond float range
+        return False
+
+
+def checked_answer(method: str, text: str) -> Any:
+    """A stored JSON value as `method` returns it, or None if it is not one.
+
+    loglikelihood          '[-3.25, false]' -> (-3.25, False)     '[NaN, false]', '[-1, 0]' -> None
+    loglikelihood_rolling  '-153.5' -> -153.5                     'Infinity', '"x"' -> None
+    generate_until         '" Paris"' -> " Paris"                 '3', 'not json' -> None
+    """
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):  # malformed JSON, or not text at all
+        return None
+    if method == "loglikelihood":
+        ok = isinstance(value, list) and len(value) == 2
+        if ok and _finite_number(value[0]) and isinstance(value[1], bool):
+            return (float(value[0]), value[1])
+        return None
+    if method == "loglikelihood_rolling":
+        return float(value) if _finite_number(value) else None
+    return value if isinstance(value, str) else None
 
 
 def fingerprint_of(**parts: Any) -> str:
@@ -73,6 +90,7 @@ class ResponseStore:
 
     def __init__(self, path: str):
         self.path = path
+        self._warned_unusable = False
         hint = "give --use_cache a prefix in a writable directory, e.g. --use_cache cache/run"
         folder = os.path.dirname(path)
         try:
@@ -96,9 +114,25 @@ class ResponseStore:
                 hint=hint,
             ) from None
 
-    def get(self, key: str) -> Any:
-        row = self._db.execute("SELECT value FROM answers WHERE key = ?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+    def get(self, key: str, model: str, method: str) -> Any:
+        """The answer stored under `key` by `model` (a fingerprint), as `method` returns it; None
+        when there is none, or when the stored value is not one (a warning, once per file)."""
+        row = self._db.execute(
+            "SELECT value FROM answers WHERE key = ? AND model = ?", (key, model)
+        ).fetchone()
+        if row is None:
+            return None
+        value = checked_answer(method, row[0])
+        if value is None and not self._warned_unusable:
+            self._warned_unusable = True
+            log.warning(
+                "%s holds an unusable %s answer (%.60s: malformed, not finite or of the wrong "
+                "type); such answers are computed again and replaced (shown once)",
+                self.path,
+                method,
+                row[0],
+            )
+        return value
 
     def put(self, rows: list[tuple[str, str, Any]]) -> None:
         """(key, fingerprint, value) rows in one committed transaction."""
@@ -118,8 +152,9 @@ class ResponseStore:
         ).fetchone()[0]
         if other:
             log.warning(
-                "%s holds %d answers from other weights, tokenizer or settings; they are ignored "
-                "and this run's answers are stored beside them",
+                "%s holds %d answers from other weights, tokenizer or settings (stored under "
+                "another fingerprint); none of them is served to this run, whose answers are "
+                "stored beside them",
                 self.path,
                 other,
             )
@@ -184,9 +219,10 @@ class CachingLM:
             known: dict[int, Any] = {}
             for i, req in enumerate(requests):
                 if _cacheable(name, req):
-                    hit = self.store.get(hash_args(self.fingerprint, name, req.args))
+                    key = hash_args(self.fingerprint, name, req.args)
+                    hit = self.store.get(key, self.fingerprint, name)
                     if hit is not None:
-                        known[i] = out[i] = tuple(hit) if name == "loglikelihood" else hit
+                        known[i] = out[i] = hit
             self.served[name] += len(known)
             if len(known) == len(requests):
                 return out

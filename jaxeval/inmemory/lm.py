@@ -18,8 +18,8 @@ second evaluation of the same tasks with new parameters of the same shapes compi
 calls `simple_evaluate` the same way; process 0 gets the results dict, the others get None.
 
 The response cache (`use_cache`) keys answers by a fingerprint; an in-memory model has no files,
-so its fingerprint is the `name` given here plus the `step` of the last `update_params`: without
-a name `use_cache` is refused.
+so the `name` given here plus the `step` of the last `update_params` stand for its weights (beside
+the model, tokenizer and arguments, as for `JaxLM`): without a name `use_cache` is refused.
 """
 
 from __future__ import annotations
@@ -318,7 +318,8 @@ class InMemoryLM(JaxLM):
         return super().generate_until(requests, disable_tqdm or not self.progress)
 
     def fingerprint(self) -> str:
-        """The response cache's key: `name` and `step` (there are no files to identify)."""
+        """The response cache's key: `name` and `step` stand for the weights (there are no files to
+        identify); the model, tokenizer and answer-changing arguments count as for `JaxLM`."""
         if self.name is None:
             raise JaxevalError(
                 "the response cache (use_cache) needs a name for an in-memory model: its answers "
@@ -327,14 +328,7 @@ class InMemoryLM(JaxLM):
                 hint="build it with InMemoryLM(..., name='my-run') and pass step= to "
                 "update_params, or leave use_cache unset",
             )
-
-        return fingerprint_of(
-            weights=["in-memory", self.name, self.step],
-            tokenizer=[getattr(self.tokenizer, "name_or_path", ""), len(self.tokenizer)],
-            dtype=str(jax.tree.leaves(self.loaded.params)[0].dtype),
-            max_length=self.max_length,
-            model_type=self.loaded.spec.model_type,
-        )
+        return fingerprint_of(**self.fingerprint_parts(["in-memory", self.name, self.step]))
 
     def model_info(self) -> dict[str, Any]:
         info = super().model_info()

@@ -69,7 +69,9 @@ class JaxLMConfig:
     `tokenizer` a directory or a tokenizer object; `attention` the attention backend (None: the
     `JAXEVAL_ATTENTION` variable, else `auto`: `jaxeval.models.attention`); `experts` the
     Mixture-of-Experts backend (None: `JAXEVAL_MOE`, else `auto`: `jaxeval.models.moe`); `generation`
-    the generation settings (`GenConfig`; from `--model_args` through `GEN_ARGS`'s names).
+    the generation settings (`GenConfig`; from `--model_args` through `GEN_ARGS`'s names);
+    `cache_hash_weights` identifies the weights by a sha256 of their bytes in the response cache's
+    fingerprint, instead of size and mtime (`jaxeval.lm.fingerprint`).
 
     `generation.batch_size` None (the default) takes the generation rows per batch from lm-eval's
     batch_size (`generation_batch_size`); `gen_config` is the resolved `GenConfig`."""
@@ -98,6 +100,7 @@ class JaxLMConfig:
     attention: str | None = None
     experts: str | None = None
     generation: GenConfig | None = None
+    cache_hash_weights: bool = False
 
     def __post_init__(self) -> None:
         if self.pretrained is None:

@@ -5,7 +5,13 @@
     --output_path out/run.json    -> out/run_<date>.json (+ samples next to it)
 
 Every file is written to a temporary name in the same folder and renamed into place, samples first,
-results last, so an interrupted run never leaves a half-written or misleading results file.
+results last, so an interrupted run never leaves a half-written or misleading results file; files
+get the mode the umask gives (0644 under umask 022), as lm-eval's do. A journal names the files of
+a save in progress, so the next save to that folder removes what a killed one left (hidden
+temporaries, samples files without their results file: `jaxeval.results.journal`). A save that
+fails (a full disk, a file where the folder goes) keeps the results in a `jaxeval-unsaved-<date>`
+folder of the temporary directory (else the current one, else stdout) and raises a JaxevalError
+naming it.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from jaxeval.errors import JaxevalError
 from jaxeval.lm.args import parse_model_args
+from jaxeval.paths import current_umask
+from jaxeval.results import journal
 
 HIGHER_IS_BETTER_SYMBOLS = {True: "↑", False: "↓"}
 _MODEL_NAME_KEYS = ("peft", "delta", "pretrained", "model", "path", "engine")
@@ -63,6 +72,10 @@ def sanitize_model_name(name: str) -> str:
 
 
 def atomic_write(path: Path, text: str) -> None:
+    """Writes `text` to `path` through a hidden temporary file in the same folder, renamed into
+    place: a reader sees the old file or the whole new one. The file gets the mode a plain
+    `open(path, "w")` would give it, 0o666 less the umask (0644 under umask 022), as lm-eval's
+    files have; the temporary is made 0600 and widened before the rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -70,6 +83,7 @@ def atomic_write(path: Path, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -134,13 +148,63 @@ def save_results(
     else:
         results_file = path / sanitize_model_name(name) / f"results_{date_id}.json"
     text = json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False)
-    for task, rows in samples.items():
-        atomic_write(
-            samples_path(results_file, task),
-            "".join(_sample_line(r) + "\n" for r in rows),
-        )
-    atomic_write(results_file, text)
+    files = {samples_path(results_file, task): rows for task, rows in samples.items()}
+    try:
+        write_results(results_file, text, files)
+    except OSError as e:
+        raise save_failed(e, results_file, text, files) from None
     return results_file
+
+
+def write_results(results_file: Path, text: str, samples: dict[Path, list[dict]]) -> None:
+    """The samples files, then the results file, each atomically, under a journal
+    (`jaxeval.results.journal`) after sweeping what killed saves left in the folder."""
+    folder = results_file.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    journal.sweep(folder)
+    with journal.journal(folder, [p.name for p in samples] + [results_file.name]):
+        for path, rows in samples.items():
+            atomic_write(path, "".join(_sample_line(r) + "\n" for r in rows))
+        atomic_write(results_file, text)
+
+
+def save_failed(
+    error: OSError, results_file: Path, text: str, samples: dict[Path, list[dict]]
+) -> JaxevalError:
+    """The error of a save that failed, after the results were kept elsewhere: the same file
+    names in a folder `jaxeval-unsaved-<date>` of the temporary directory, else of the current
+    one; when neither takes the results file, its JSON goes to stdout."""
+    kept = None
+    for base in (tempfile.gettempdir(), os.getcwd()):
+        folder = Path(base) / f"jaxeval-unsaved-{date_id_of(results_file.name)}"
+        try:
+            atomic_write(folder / results_file.name, text)
+        except OSError:
+            continue
+        kept = folder
+        break
+    lost = []
+    for path, rows in samples.items():
+        try:
+            if kept is None:
+                raise OSError
+            atomic_write(kept / path.name, "".join(_sample_line(r) + "\n" for r in rows))
+        except OSError:
+            lost.append(path.name)
+    if kept is None:
+        print(text)
+        where = "standard output (above)"
+    else:
+        where = str(kept / results_file.name)
+    reason = error.strerror or str(error)
+    return JaxevalError(
+        f"the results could not be saved ({reason}); they were written to {where} instead"
+        + (f"; not saved: {', '.join(lost)}" if lost else ""),
+        file=str(error.filename or results_file),
+        field="output_path",
+        hint="free space or fix the output folder, then move the saved files into it (the table "
+        "above shows the scores)",
+    )
 
 
 def date_id_of(file_name: str) -> str:

@@ -50,7 +50,7 @@ import numpy as np
 
 from jaxeval.errors import JaxevalError
 from jaxeval.ops.attention.mask import Mask, State
-from jaxeval.paths import cache_dir
+from jaxeval.paths import cache_dir, current_umask
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,7 @@ def _build(compiler: str, target: Path) -> None:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr.strip()[-2000:]}")
+        os.chmod(tmp, 0o777 & ~current_umask())  # ld keeps mkstemp's 0600 (adds x)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
