@@ -1,4 +1,5 @@
-"""A host without a TPU: libtpu installed, yet no libtpu or XLA start-up lines from the command.
+"""A host without a TPU: libtpu installed, yet no libtpu, XLA or transformers start-up lines from
+the command.
 
 The rule (`jaxeval.platform.tpu_host`) is tested on made-up host trees; the commands themselves
 (`run`, `demo`, `validate`, `ls`, `plan`, `plan --topology`) run in subprocesses with JAX left to
@@ -29,6 +30,7 @@ NOISE = (
     "TPU_ACCELERATOR_TYPE",
     "TPU_WORKER_HOSTNAMES",
     "libtpu",
+    "PyTorch was not found",  # transformers' advice for its own models, which jaxeval never runs
 )
 
 

@@ -113,10 +113,12 @@ def load_task_dataset(
         offline = (
             os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
         )
+        unreachable = offline or "connect" in f"{type(e).__name__} {e}".lower()
         hint = (
-            "the hub is unreachable or offline; point the task at local files with "
-            "--data_dir / data_files (see docs/tasks.md)"
-            if offline or "connect" in str(e).lower()
+            "the dataset is not in the local Hugging Face cache and the hub cannot be reached: "
+            "give local copies with --data_dir DIR (or data_files; see docs/tasks.md), or load "
+            "it once where there is a network so the cache holds it"
+            if unreachable
             else "check dataset_path, dataset_name and dataset_kwargs"
         )
         raise JaxevalError(

@@ -3,6 +3,8 @@
     jaxeval run --model jax --model_args pretrained=DIR,dtype=bfloat16 --tasks arc_easy,mmlu \\
         --num_fewshot 5 --batch_size auto --output_path out/ --log_samples
     jaxeval --model hf --model_args pretrained=DIR --tasks lambada_openai   (legacy form: `run` implied)
+    jaxeval run --model_args pretrained=DIR dtype=float32 --tasks arc_easy hellaswag \\
+        --metadata max_seq_lengths=[4096]   (lm-eval 0.4.13's forms; every option: docs/cli.md)
     jaxeval ls tasks | groups | tags | subtasks        jaxeval tasks        jaxeval validate --tasks T
     jaxeval demo                                        (offline: tiny model + bundled task)
     jaxeval plan --model_args pretrained=DIR --mesh fsdp --devices 8   (memory per device from
@@ -31,7 +33,7 @@ from jaxeval.cli.ls import LsCommand, TasksCommand
 from jaxeval.cli.plan import PlanCommand
 from jaxeval.cli.report import ReportCommand
 from jaxeval.cli.run import RunCommand
-from jaxeval.cli.startup import hide_torch_from_transformers
+from jaxeval.cli.startup import hide_torch_from_transformers, quiet_transformers_advice
 from jaxeval.cli.validate import ValidateCommand
 from jaxeval.platform.tpu_host import quiet_absent_tpu
 
@@ -48,6 +50,8 @@ COMMANDS: dict[str, Subcommand] = {
     "report": ReportCommand(),
 }
 SUBCOMMANDS = tuple(COMMANDS)
+# libraries whose loggers carry a stderr handler of their own
+OWN_HANDLERS = ("huggingface_hub", "datasets")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         level=os.environ.get("JAXEVAL_LOG_LEVEL", "WARNING").upper(),
         format="%(levelname)s %(name)s: %(message)s",
     )
+    for library in OWN_HANDLERS:  # each prints its lines itself; through the root too, twice
+        logging.getLogger(library).propagate = False
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
@@ -69,6 +75,7 @@ def entry() -> int:
     """The `jaxeval` command and `python -m jaxeval`: a process of its own, so transformers is told
     first that torch is absent (`jaxeval.cli.startup`) and libtpu that no TPU is attached where none
     is (`jaxeval.platform.tpu_host`), then `main` runs."""
+    quiet_transformers_advice()  # before transformers is first imported
     hide_torch_from_transformers()
     quiet_absent_tpu()
     return main()

@@ -14,13 +14,17 @@ JAX nor the task engine.
 
 Bad input anywhere, a `JaxevalError`, prints one paragraph on stderr (what, where, what to do) and
 exits 2, never a traceback; Ctrl-C exits 130 saying no results file was written. A flag argparse
-refuses exits 2 with argparse's own usage message.
+refuses (unknown, or a value its type rejects) exits 2 the same way, as one paragraph:
+
+    jaxeval run: error: argument --limit/-L: --limit 'ten' is not a number (...)
+      What to do: see `jaxeval run --help` for the accepted forms (docs/cli.md)
 """
 
 from __future__ import annotations
 
 import abc
 import argparse
+import os
 import sys
 from typing import ClassVar
 
@@ -28,6 +32,18 @@ from jaxeval.errors import JaxevalError
 
 BAD_INPUT = 2  # exit status of a JaxevalError (and of argparse's usage errors)
 INTERRUPTED = 130  # exit status of Ctrl-C (128 + SIGINT)
+BROKEN_PIPE = 141  # exit status when stdout's reader has gone (128 + SIGPIPE)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one paragraph (module docstring), exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(
+            BAD_INPUT,
+            f"{self.prog}: error: {message}\n"
+            f"  What to do: see `{self.prog} --help` for the accepted forms (docs/cli.md)\n",
+        )
 
 
 class Subcommand(abc.ABC):
@@ -39,7 +55,7 @@ class Subcommand(abc.ABC):
     formatter_class: ClassVar[type[argparse.HelpFormatter]] = argparse.HelpFormatter
 
     def parser(self) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(
+        parser = ArgumentParser(
             prog=f"jaxeval {self.name}",
             description=self.description,
             epilog=self.epilog,
@@ -73,3 +89,7 @@ def run_subcommand(command: Subcommand, argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("jaxeval: interrupted; no results file was written", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:  # `jaxeval ls | head`: the reader left; stop quietly, as `cat` does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
+        return BROKEN_PIPE

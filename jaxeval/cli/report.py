@@ -4,7 +4,8 @@
     jaxeval report out/llama out/qwen -o cmp.html --label llama --label qwen
     jaxeval report lm_eval_out/ jaxeval_out/ -o parity.html     lm-eval's files read as jaxeval's
 
-The first run is the baseline (`--baseline N` picks another): each other run is compared with it
+`-o` may name a file in folders that do not exist yet: they are created, as lm-eval creates
+`--output_path`'s. The first run is the baseline (`--baseline N` picks another): each other run is compared with it
 document by document when both logged samples (--log_samples). The runs are read by
 `jaxeval.report.load_runs` and the page written by `jaxeval.report.write_report`.
 """
@@ -12,6 +13,7 @@ document by document when both logged samples (--log_samples). The runs are read
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from jaxeval.cli.base import Subcommand
 from jaxeval.errors import JaxevalError
@@ -41,9 +43,29 @@ class ReportCommand(Subcommand):
                 field="baseline",
                 hint=f"give 0 to {len(runs) - 1}",
             )
+        _make_parent(args.output)
         path = write_report(
             runs, args.output, title=args.title, baseline=args.baseline, max_flips=args.max_flips
         )
         tasks = {t for r in runs for t in r.tasks}
         print(f"Report written to {path} ({len(runs)} run(s), {len(tasks)} task(s))")
         return 0
+
+
+def _make_parent(output: str) -> None:
+    """Creates the folders `-o` names; a file in the way or no permission is a `JaxevalError`."""
+    parent = Path(output).expanduser().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise JaxevalError(
+            f"cannot create the folder {parent}: a file is in the way",
+            field="output",
+            hint="give -o a file name in a folder (existing or new)",
+        ) from None
+    except OSError as e:
+        raise JaxevalError(
+            f"cannot create the folder {parent} ({e.strerror or e})",
+            field="output",
+            hint="give -o a file name in a writable location",
+        ) from None

@@ -42,3 +42,10 @@ def hide_torch_from_transformers() -> bool:
     import_utils._is_package_available = available
     import_utils.is_torch_available.cache_clear()
     return True
+
+
+def quiet_transformers_advice() -> None:
+    """No transformers advice lines from the command: without torch (or with torch hidden, above)
+    transformers prints "PyTorch was not found. Models won't be available" at import, advice for
+    its own models, which jaxeval never runs. Its advisory switch stays the user's to set."""
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")

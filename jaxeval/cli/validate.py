@@ -1,7 +1,10 @@
 """`jaxeval validate --tasks T[,T2...]`: load tasks and render every request, no model needed.
 
-    jaxeval validate --tasks arc_easy,mmlu --data_dir data/
+    jaxeval validate --tasks arc_easy,mmlu --data_dir data/     (or --tasks arc_easy mmlu)
     arc_easy: 2376 requests from 2376 documents: OK
+
+A dataset the hub would serve is read from the local cache when the hub cannot be reached
+(`jaxeval.cli.hub`): offline, that fails in a second and says to give `--data_dir`.
 
 `jaxeval run --check_integrity` runs the same check (`validate_tasks`) before it evaluates.
 """
@@ -12,6 +15,8 @@ import argparse
 from typing import Any
 
 from jaxeval.cli.base import Subcommand
+from jaxeval.cli.hub import offline_unless_reachable
+from jaxeval.cli.run_args import ListArgs
 
 
 def validate_tasks(manager: Any, names: list[str]) -> None:
@@ -30,14 +35,27 @@ class ValidateCommand(Subcommand):
     description = "Load tasks and render every request, without a model."
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--tasks", "-t", required=True)
+        parser.add_argument(
+            "--tasks",
+            "-t",
+            required=True,
+            nargs="+",
+            action=ListArgs,
+            metavar="TASK",
+            help="task, group or tag names or YAML paths, space- or comma-separated",
+        )
         parser.add_argument("--include_path", default=None)
-        parser.add_argument("--data_dir", default=None)
+        parser.add_argument(
+            "--data_dir",
+            default=None,
+            help="local copies of hub datasets, laid out DIR/<repo>/[<config>/]<split>.jsonl",
+        )
 
     def execute(self, args: argparse.Namespace) -> int:
         # start-up: the task engine loads only for the subcommands that use it
         from jaxeval.api.task_manager import TaskManager
 
+        offline_unless_reachable()
         manager = TaskManager(args.include_path, data_dir=args.data_dir)
-        validate_tasks(manager, args.tasks.split(","))
+        validate_tasks(manager, list(args.tasks))
         return 0

@@ -31,19 +31,21 @@ from typing import Any
 import jax
 import numpy as np
 from jax.sharding import Mesh
-from tqdm.auto import tqdm
 
-from jaxeval.cache import file_identity, fingerprint_of
+from jaxeval.cache import fingerprint_of
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.base import LM, MODELS
 from jaxeval.lm.encoding import Encoder, resolve_max_length, rolling_windows, truncate_request
+from jaxeval.lm.fingerprint import answer_identity, files_identity
 from jaxeval.lm.generate.generator import Generator
 from jaxeval.lm.generate.plan import request_pairs
 from jaxeval.lm.model_config import JaxLMConfig
+from jaxeval.lm.non_finite import non_finite_error, request_where
+from jaxeval.lm.progress import TokenProgress
 from jaxeval.lm.score.buckets import BucketSet, parse_buckets
 from jaxeval.lm.score.budget import auto_token_budget
 from jaxeval.lm.score.planner import ScorePlan, plan_score_batches
-from jaxeval.lm.score.scorer import Scorer
+from jaxeval.lm.score.scorer import Scorer, skipped
 from jaxeval.models import LoadedModel, load_model
 from jaxeval.models.runtime import make_runtime
 from jaxeval.models.spec import ModelSpec
@@ -325,6 +327,7 @@ class JaxLM(LM):
             on_answers=None
             if hook is None
             else lambda idx, a, b: hook(idx.tolist(), [(float(x), bool(y)) for x, y in zip(a, b)]),
+            describe=lambda i: request_where(requests[i]),
         )
         return [(float(a), bool(b)) for a, b in zip(ll, greedy)]
 
@@ -345,6 +348,11 @@ class JaxLM(LM):
             desc="loglikelihood_rolling",
             on_answers=self._rolling_hook(owner),
             known={w: (0.0, False) for w, doc in enumerate(owner) if doc in known} or None,
+            describe=lambda w: {
+                **request_where(requests[owner[w]]),
+                "request": owner[w],
+                "window": w - owner.index(owner[w]),  # among the document's windows
+            },
         )
         totals = [0.0] * len(texts)
         for i, value in zip(owner, ll):  # Python-float sums in window order, as lm-eval does
@@ -364,9 +372,12 @@ class JaxLM(LM):
         desc: str = "scoring",
         on_answers: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
         known: dict[int, tuple[float, bool]] | None = None,
+        describe: Callable[[int], dict[str, Any]] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Token-level entry: `(ctx_enc, cont_enc)` pairs -> (loglik float32[R], is_greedy bool[R]).
-        `known` answers are returned as given; batches holding only known requests do not run."""
+        `known` answers are returned as given; batches holding only known requests do not run.
+        A non-finite answer is an error naming the first such request (`describe(i)`: its task,
+        document and request index)."""
         if not encoded:
             return np.zeros(0, np.float32), np.zeros(0, bool)
         for i, (_, cont) in enumerate(encoded):
@@ -382,21 +393,21 @@ class JaxLM(LM):
         )
         planned = time.perf_counter()
         compiled_before = self.scorer.compile_stats()
-        bar = tqdm(
-            total=len(encoded),
-            desc=f"Running {desc} requests",
+        skip = (lambda idx: all(int(i) in known for i in idx)) if known else None
+        to_run = [b for b in plan.batches if not (skip and skipped(b, skip))]
+        bar = TokenProgress(
+            desc,
+            tokens=sum(b.real_tokens for b in to_run),
+            requests=len(encoded),
+            compiles=sum(b not in self.scorer.executables for b in {b.bucket for b in to_run}),
             disable=disable_tqdm or not self.is_main_process,
-            unit="req",
         )
-        done = {"tokens": 0, "first": 0.0}
-        t0 = time.perf_counter()
+        done = {"first": 0.0}
 
         def on_batch(n_requests: int, tokens: int) -> None:
             done["first"] = done["first"] or time.perf_counter() - start
             self.first_scored_at = self.first_scored_at or time.perf_counter()
-            done["tokens"] += tokens
-            bar.update(n_requests)
-            bar.set_postfix(tok_s=f"{done['tokens'] / max(1e-9, time.perf_counter() - t0):.0f}")
+            bar.batch_done(requests=n_requests, tokens=tokens)
 
         def on_dispatch() -> None:
             self.first_dispatched_at = self.first_dispatched_at or time.perf_counter()
@@ -405,7 +416,7 @@ class JaxLM(LM):
             plan,
             on_batch=on_batch,
             on_answers=on_answers,
-            skip=(lambda idx: all(int(i) in known for i in idx)) if known else None,
+            skip=skip,
             on_dispatch=on_dispatch,
         )
         for i, (value, is_greedy) in (known or {}).items():
@@ -434,7 +445,7 @@ class JaxLM(LM):
         total["efficiency"] = total["real_tokens"] / max(1, total["computed_tokens"])
         total["compile_count"] = self.scorer.compile_count
         if not np.all(np.isfinite(ll)):
-            raise AssertionError("non-finite loglikelihood returned by the kernel")
+            raise non_finite_error(ll, describe)
         return ll, greedy
 
     def _check_token_ids(self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
@@ -453,17 +464,27 @@ class JaxLM(LM):
                 )
 
     def fingerprint(self) -> str:
-        """What the response cache keys answers by: the weights' and tokenizer files' identity
-        (name, size, mtime), dtype, max_length and the tokenizer (`jaxeval.cache`)."""
+        """What the response cache keys answers by (`jaxeval.cache`): the weights', config's and
+        tokenizer's files, the loaded config and spec, the tokenizer, every model argument that
+        can change an answer, and the resolved dtype and lengths (`jaxeval.lm.fingerprint`)."""
         gguf = getattr(self.loaded, "gguf_file", None)
-        files = [gguf] if gguf else [self.loaded.path]
-        tok_path = getattr(self._tokenizer, "name_or_path", "")
-        return fingerprint_of(
-            weights=[file_identity(f) for f in files],
-            tokenizer=[tok_path, len(self._tokenizer), file_identity(tok_path)],
-            dtype=str(jax.tree.leaves(self.loaded.params)[0].dtype),
-            max_length=self._max_length,
-            model_type=self.loaded.spec.model_type,
+        paths = [gguf or self.loaded.path, str(getattr(self._tokenizer, "name_or_path", ""))]
+        weights = files_identity(paths, hash_weights=bool(self.config.cache_hash_weights))
+        return fingerprint_of(**self.fingerprint_parts(weights))
+
+    def fingerprint_parts(self, weights: Any) -> dict[str, Any]:
+        """The fingerprint's parts around `weights`, the identity of the weights themselves."""
+        return answer_identity(
+            config=self.config,
+            loaded=self.loaded,
+            tokenizer=self._tokenizer,
+            weights=weights,
+            resolved={
+                "dtype": str(jax.tree.leaves(self.loaded.params)[0].dtype),
+                "max_length": self._max_length,
+                "prefix_token_id": self.encoder.prefix_token_id,
+                "eot_token_id": self.eot_token_id,
+            },
         )
 
     def _rolling_hook(self, owner: list[int]) -> Callable | None:

@@ -48,6 +48,12 @@ from jaxeval.platform.mesh import (
 )
 
 
+def skipped(batch: Any, skip: Callable[[np.ndarray], bool]) -> bool:
+    """Whether `run_plan(skip=skip)` leaves `batch` out: it answers requests, all of them `skip`."""
+    idx = batch.slot_request[batch.slot_request >= 0]
+    return bool(idx.size) and bool(skip(idx))
+
+
 def score_plan_digest(plan: ScorePlan) -> bytes:
     """Digest of every batch's bucket, arrays and slot map (equal on processes with equal plans)."""
     arrays = [np.asarray([plan.n_requests, len(plan.batches)])]
@@ -199,13 +205,12 @@ class Scorer:
                 on_batch(int(used.sum()), pb.real_tokens)
 
         for pb in plan.batches:
-            if skip is not None:
+            if skip is not None and skipped(pb, skip):
                 idx = pb.slot_request[pb.slot_request >= 0]
-                if idx.size and skip(idx):
-                    np.add.at(answered, idx, 1)
-                    if on_batch is not None:
-                        on_batch(int(idx.size), 0)
-                    continue
+                np.add.at(answered, idx, 1)
+                if on_batch is not None:
+                    on_batch(int(idx.size), 0)
+                continue
             fn = self.compiled(pb.bucket)
             batch = put_global(pb.batch, self.batch_sharding)
             if on_dispatch is not None:
