@@ -199,6 +199,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.fixture
+def unwritable(tmp_path):
+    """A directory this process cannot create files in (root ignores modes: /proc/self then)."""
+    if os.geteuid() == 0:
+        yield "/proc/self"
+        return
+    path = tmp_path / "ro"
+    path.mkdir()
+    path.chmod(0o555)
+    yield str(path)
+    path.chmod(0o755)
+
+
 @pytest.fixture(scope="session")
 def data_root() -> pathlib.Path:
     """The data root for `--data_dir` and `data_files` (tests/data, inside the repository)."""

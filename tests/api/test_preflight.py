@@ -38,19 +38,6 @@ def tiny_ckpt(tmp_path_factory):
     return make_tiny_checkpoint("llama", str(tmp_path_factory.mktemp("tiny")), seed=3)
 
 
-@pytest.fixture
-def unwritable(tmp_path):
-    """A directory this process cannot create files in (root ignores modes: /proc/self then)."""
-    if os.geteuid() == 0:
-        yield "/proc/self"
-        return
-    path = tmp_path / "ro"
-    path.mkdir()
-    path.chmod(0o555)
-    yield str(path)
-    path.chmod(0o755)
-
-
 def run_cli(capsys, *args: str) -> tuple[int, str]:
     rc = main(["run", *args])
     return rc, capsys.readouterr().err

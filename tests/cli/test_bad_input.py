@@ -34,19 +34,6 @@ def run_cli(capsys, *argv: str) -> tuple[int, str]:
 RUN = ["run", "--model", "jax", "--model_args", "pretrained=/nonexistent/model", "--tasks", "x"]
 
 
-@pytest.fixture
-def unwritable(tmp_path):
-    """A directory this process cannot create files in (root ignores modes: /proc/self then)."""
-    if os.geteuid() == 0:
-        yield "/proc/self"
-        return
-    path = tmp_path / "ro"
-    path.mkdir()
-    path.chmod(0o555)
-    yield str(path)
-    path.chmod(0o755)
-
-
 @pytest.mark.parametrize(
     "extra, needles",
     [
