@@ -1,12 +1,14 @@
-"""The bootstrap stderr of LAMBADA's perplexity: lm-eval's draw-by-draw loop against the block path.
+"""The bootstrap stderr of LAMBADA's perplexity: lm-eval's draw-by-draw loop, NumPy, the C++ kernel.
 
-    python bench/bench_bootstrap.py [--iters 100000] [--docs 5153] [--all-cores]
+    python bench/bench_bootstrap.py [--iters 100000] [--docs 5153] [--all-cores] [--no-pure]
 
 Per-document loglikelihoods like LAMBADA's (5,153 documents, one target word each: mostly between
 -0.1 and -10, a long tail below), 100,000 iterations as lm-eval's default `bootstrap_iters`. Prints
 the time of `bootstrap_replicates_reference` (the pure-Python loop lm-eval runs, 515 million
-`random()` calls), of `bootstrap_replicates` (NumPy blocks), their ratio, and whether the two stderrs
-and all replicates are equal. Pinned to one core unless `--all-cores`.
+`random()` calls), of `bootstrap_replicates` with NumPy alone (`native=False`) and with the C++
+kernel (`jaxeval.metrics.bootstrap_kernel`, built before the clock starts), which path the kernel
+run took, and whether the stderrs and all replicates are equal. Pinned to one core unless
+`--all-cores`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import random
 import time
 
-from jaxeval.metrics import AGGREGATIONS
+from jaxeval.metrics import AGGREGATIONS, bootstrap_kernel
 from jaxeval.metrics.stderr import (
     bootstrap_replicates,
     bootstrap_replicates_reference,
@@ -30,9 +32,9 @@ def lambada_like_loglikelihoods(docs: int, seed: int = 0) -> list[float]:
     return [-rng.lognormvariate(0.4, 1.1) for _ in range(docs)]
 
 
-def timed(fn, *args):
+def timed(fn, *args, **kw):
     start = time.perf_counter()
-    out = fn(*args)
+    out = fn(*args, **kw)
     return out, time.perf_counter() - start
 
 
@@ -41,6 +43,7 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=100_000)
     parser.add_argument("--docs", type=int, default=5153)
     parser.add_argument("--all-cores", action="store_true", help="do not pin to one core")
+    parser.add_argument("--no-pure", action="store_true", help="skip lm-eval's loop (~30 s)")
     parser.add_argument(
         "--aggregation",
         default="perplexity",
@@ -56,17 +59,31 @@ def main() -> None:
         xs = [(ll, rng.randint(2, 12)) for ll in xs]
     f = AGGREGATIONS.get(args.aggregation)
 
-    new, t_new = timed(bootstrap_replicates, f, xs, args.iters)
-    old, t_old = timed(bootstrap_replicates_reference, f, xs, args.iters)
+    if bootstrap_kernel.kernel_available():
+        path = f"C++ kernel ({bootstrap_kernel.kernel_path(bootstrap_kernel.cxx_compiler()).name})"
+    else:
+        path = f"NumPy (kernel unavailable: {bootstrap_kernel.kernel_error()})"
+    numpy, t_numpy = timed(bootstrap_replicates, f, xs, args.iters, native=False)
+    kernel, t_kernel = timed(bootstrap_replicates, f, xs, args.iters)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    se_old, se_new = sample_stddev(old), sample_stddev(new)
     print(f"aggregation      {args.aggregation}, {args.docs} documents, {args.iters} iterations")
     print(f"cores            {cores}")
-    print(f"old (pure)       {t_old:8.3f} s")
-    print(f"new (blocks)     {t_new:8.3f} s")
-    print(f"ratio            {t_old / t_new:8.1f}x")
-    print(f"stderr old/new   {se_old!r} / {se_new!r}")
-    print(f"equal            stderr {se_old == se_new}, replicates {old == new}")
+    print(f"default path     {path}")
+    if not args.no_pure:
+        pure, t_pure = timed(bootstrap_replicates_reference, f, xs, args.iters)
+        print(f"pure (lm-eval)   {t_pure:8.3f} s")
+    print(f"NumPy blocks     {t_numpy:8.3f} s")
+    print(f"kernel           {t_kernel:8.3f} s")
+    if not args.no_pure:
+        print(f"pure / NumPy     {t_pure / t_numpy:8.1f}x")
+        print(f"pure / kernel    {t_pure / t_kernel:8.1f}x")
+    print(f"NumPy / kernel   {t_numpy / t_kernel:8.1f}x")
+    stderrs = {"NumPy": sample_stddev(numpy), "kernel": sample_stddev(kernel)}
+    if not args.no_pure:
+        stderrs["pure"] = sample_stddev(pure)
+    print("stderr           " + ", ".join(f"{k} {v!r}" for k, v in stderrs.items()))
+    same = numpy == kernel and (args.no_pure or pure == kernel)
+    print(f"equal            stderr {len(set(stderrs.values())) == 1}, replicates {same}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import inspect
 import json
 import logging
 import random
@@ -33,7 +34,7 @@ from jaxeval.cache import ResponseStore, response_cache
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.args import parse_model_args
 from jaxeval.lm.base import LM, MODELS
-from jaxeval.platform import distributed
+from jaxeval.platform import distributed, phases
 from jaxeval.results.aggregate import TaskAccumulator, build_results
 from jaxeval.results.files import handle_non_serializable
 from jaxeval.run_info import environment_info, tokenizer_info
@@ -117,19 +118,22 @@ def evaluate(
     chat = getattr(lm, "apply_chat_template", None) if apply_chat_template else None
     for name, task in tasks.items():
         limits[name] = preflight.sample_size(len(task.eval_docs), limit, name)
-        task.build_all_requests(
-            limit=limits[name],
-            samples=(samples or {}).get(name),
-            rank=lm.rank,
-            world_size=lm.world_size,
-            system_instruction=system_instruction,
-            apply_chat_template=bool(apply_chat_template),
-            fewshot_as_multiturn=fewshot_as_multiturn,
-            chat_template=chat,
-            # Other processes build the same requests afresh; only the main one touches the cache.
-            cache_requests=_cache_mode(cache_requests, rewrite_requests_cache) if main else None,
-            tokenizer_name=getattr(lm, "tokenizer_name", "") if apply_chat_template else "",
-        )
+        with phases.phase("prompts"):
+            task.build_all_requests(
+                limit=limits[name],
+                samples=(samples or {}).get(name),
+                rank=lm.rank,
+                world_size=lm.world_size,
+                system_instruction=system_instruction,
+                apply_chat_template=bool(apply_chat_template),
+                fewshot_as_multiturn=fewshot_as_multiturn,
+                chat_template=chat,
+                # Other processes build the same requests afresh; only the main one touches the cache.
+                cache_requests=_cache_mode(cache_requests, rewrite_requests_cache)
+                if main
+                else None,
+                tokenizer_name=getattr(lm, "tokenizer_name", "") if apply_chat_template else "",
+            )
         if write_out and main:
             first = task.instances[0]
             print(
@@ -137,9 +141,24 @@ def evaluate(
                 f"(end of prompt)\ntarget: {task.doc_to_target(first.doc)}\nRequest: {first}"
             )
         all_instances += task.instances
-    run_requests(lm, all_instances)
+    with phases.phase("dispatch"):
+        run_requests(lm, all_instances)
     if not main:  # the main process holds every answer; nothing here is reported
         return None
+    with phases.phase("metrics"):
+        return _score(lm, tasks, groups, limits, samples, bootstrap_iters, log_samples)
+
+
+def _score(
+    lm: Any,
+    tasks: dict[str, Any],
+    groups: dict[str, Any],
+    limits: dict[str, int | None],
+    samples: dict[str, list[int]] | None,
+    bootstrap_iters: int | None,
+    log_samples: bool,
+) -> dict[str, Any] | None:
+    """Filters, per-document metrics and samples records, then the aggregated results."""
     accs: dict[str, TaskAccumulator] = {}
     for name, task in tasks.items():
         acc = accs[name] = TaskAccumulator(task)
@@ -216,6 +235,15 @@ def _timing(clock: dict[str, float], model: Any) -> dict[str, float]:
     return {k: round(v, 3) for k, v in out.items()}
 
 
+def _load_tasks(task_manager: TaskManager, tasks: list[Any]) -> LoadedTasks:
+    try:
+        return task_manager.load(list(tasks))
+    except JaxevalError as e:
+        if not e.message.startswith("unknown task"):
+            raise
+        raise preflight.explain_unknown_task(e, task_manager) from None
+
+
 def _make_lm(model: Any, model_args: Any, batch_size: Any, max_batch_size: Any, device: Any) -> LM:
     if not isinstance(model, str):
         if not all(hasattr(model, m) for m in REQUEST_TYPES):
@@ -265,7 +293,56 @@ def simple_evaluate(
     confirm_run_unsafe_code: bool = False,
     metadata: dict | None = None,
 ) -> dict[str, Any] | None:
-    """Builds the model and tasks, applies run-time overrides, evaluates, adds run metadata."""
+    """Builds the model and tasks, applies run-time overrides, evaluates, adds run metadata.
+
+    The results' `timing` block says where the time went (`jaxeval.platform.phases`): from this
+    call's start, or from the process's start when the `jaxeval` command began the run's clock.
+    """
+    own_clock = phases.current() is None
+    clock = phases.begin_run() if own_clock else phases.current()
+    try:
+        results = _simple_evaluate(**{k: v for k, v in locals().items() if k in _ARGS})
+        if results is not None:
+            results["timing"] = clock.block()
+        return results
+    finally:
+        if own_clock:
+            phases.end_run()
+
+
+def _simple_evaluate(
+    model: Any,
+    model_args: str | dict | None,
+    tasks: list[Any] | None,
+    num_fewshot: int | None,
+    batch_size: int | str | None,
+    max_batch_size: int | None,
+    device: str | None,
+    use_cache: str | None,
+    cache_requests: bool,
+    rewrite_requests_cache: bool,
+    delete_requests_cache: bool,
+    limit: int | float | None,
+    samples: dict[str, list[int]] | None,
+    bootstrap_iters: int,
+    check_integrity: bool,
+    write_out: bool,
+    log_samples: bool,
+    evaluation_tracker: Any,
+    system_instruction: str | None,
+    apply_chat_template: bool | str,
+    fewshot_as_multiturn: bool,
+    gen_kwargs: str | dict | None,
+    task_manager: TaskManager | None,
+    verbosity: str | None,
+    predict_only: bool,
+    random_seed: int | None,
+    numpy_random_seed: int | None,
+    torch_random_seed: int | None,
+    fewshot_random_seed: int | None,
+    confirm_run_unsafe_code: bool,
+    metadata: dict | None,
+) -> dict[str, Any] | None:
     start = time.time()
     if limit is not None and samples is not None:
         raise JaxevalError("--limit and --samples cannot be used together", field="limit")
@@ -284,12 +361,8 @@ def simple_evaluate(
         )
         task_manager = TaskManager(metadata={**meta, **(metadata or {})})
     clock = {"start": time.perf_counter()}
-    try:
-        loaded = task_manager.load(list(tasks))
-    except JaxevalError as e:
-        if not e.message.startswith("unknown task"):
-            raise
-        raise preflight.explain_unknown_task(e, task_manager) from None
+    with phases.phase("data"):
+        loaded = _load_tasks(task_manager, tasks)
     for task in loaded.tasks.values():
         if task.config.output_type == "generate_until" and gen_kwargs:
             task.set_config(
@@ -314,7 +387,8 @@ def simple_evaluate(
     if use_cache is not None and _reports(model):
         store = ResponseStore(f"{use_cache}_rank{0 if isinstance(model, str) else model.rank}.db")
     clock["tasks"] = time.perf_counter()
-    lm = _make_lm(model, model_args, batch_size, max_batch_size, device)
+    with phases.phase("model"):
+        lm = _make_lm(model, model_args, batch_size, max_batch_size, device)
     clock["model"] = time.perf_counter()
     if delete_requests_cache and reports_results(lm):
         request_cache.delete_all()
@@ -369,3 +443,6 @@ def simple_evaluate(
     results.update(env)
     results.update(tokenizer_info(base))
     return results
+
+
+_ARGS = frozenset(inspect.signature(_simple_evaluate).parameters)

@@ -192,7 +192,11 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # they share with the reference): below the models, whose backends call them.
     "device kernels": (("jaxeval.ops.*",), ("foundations",)),
     "task engine": (("jaxeval.api.*",), ("metrics, filters", "foundations")),
-    "metrics, filters": (("jaxeval.metrics.*", "jaxeval.filters.*"), ("jaxeval.registry",)),
+    # paths: where the bootstrap's C++ kernel is built (`jaxeval.metrics.bootstrap_kernel`).
+    "metrics, filters": (
+        ("jaxeval.metrics.*", "jaxeval.filters.*"),
+        ("jaxeval.registry", "jaxeval.paths"),
+    ),
     "foundations": (FOUNDATIONS, ()),
 }
 # Any layer may import errors (`JaxevalError` is raised everywhere).

@@ -72,6 +72,7 @@ def test_built_wheel_has_namespaced_kernels_tasks_and_yaml(tmp_path):
     assert "jaxeval/tasks/mmlu/default/mmlu_anatomy.yaml" in names
     assert "jaxeval/configs/meshes.yaml" in names
     assert "jaxeval/ops/attention/cpu_attention.cc" in names  # built on first use on the CPU
+    assert "jaxeval/metrics/bootstrap_kernel.cc" in names  # the bootstrap's, built on first use
     assert "jaxeval/tasks/demo/expected.json" in names  # the demo's lm-eval reference column
     assert "jaxeval/tasks/demo/data/gsm8k/train.jsonl" in names  # its bundled rows
     target = tmp_path / "site"

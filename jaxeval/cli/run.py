@@ -18,7 +18,9 @@ import argparse
 import json
 import logging
 import os
+import sys
 import time
+from contextlib import ExitStack
 from typing import Any
 
 from jaxeval.cli.base import Subcommand
@@ -159,15 +161,26 @@ class RunCommand(Subcommand):
         return parse_run_args(self.parser(), argv)
 
     def execute(self, args: argparse.Namespace) -> int:
+        from jaxeval.platform import phases  # (start-up: see `_execute`)
+
+        clock = phases.begin_run(phases.process_start())
+        try:
+            return self._execute(args, clock)
+        finally:
+            phases.end_run()
+
+    def _execute(self, args: argparse.Namespace, clock: Any) -> int:
         # start-up: each subcommand loads only what it runs (`jaxeval --help` needs none of these)
         from jaxeval.api.task_manager import TaskManager
         from jaxeval.evaluator import simple_evaluate
         from jaxeval.lm.args import parse_model_args
-        from jaxeval.platform import distributed
+        from jaxeval.platform import distributed, phases
         from jaxeval.preflight import check_output_path
         from jaxeval.results.files import make_table, model_name, save_results
         from jaxeval.trackers.run_loggers import RunLoggers
 
+        setup = ExitStack()  # the checks before the run count as start-up
+        setup.enter_context(phases.phase("startup"))
         refusal("run", vars(args))
         check_values(args)
         model_args = model_args_text(args.model_args)
@@ -232,6 +245,7 @@ class RunCommand(Subcommand):
         tm = TaskManager(args.include_path, metadata=meta, data_dir=args.data_dir)
         if args.check_integrity and main_process:
             validate_tasks(tm, task_list)
+        setup.close()
         start = time.time()
         passed = ("model", "num_fewshot", "batch_size", "max_batch_size", "device")
         passed += ("use_cache", "limit", "bootstrap_iters", "write_out", "log_samples")
@@ -265,19 +279,29 @@ class RunCommand(Subcommand):
         if "groups" in results:
             print(make_table(results, "groups"))
         path = None
+
+        def finish(results: dict) -> None:  # the timing block, made just before the JSON
+            results["timing"] = clock.block()
+
         if args.output_path:
-            path = save_results(
-                results,
-                args.output_path,
-                model_args=model_args,
-                model_source=args.model,
-                system_instruction=args.system_instruction,
-                fewshot_as_multiturn=fewshot_as_multiturn if args.apply_chat_template else None,
-                start_time=start,
-            )
+            with phases.phase("write"):
+                path = save_results(
+                    results,
+                    args.output_path,
+                    model_args=model_args,
+                    model_source=args.model,
+                    system_instruction=args.system_instruction,
+                    fewshot_as_multiturn=fewshot_as_multiturn if args.apply_chat_template else None,
+                    start_time=start,
+                    finish=finish,
+                )
             print(f"Results written to {path}")
+        else:
+            finish(results)
         if loggers is not None:
-            loggers.finish(results, path, model_name(model_args))
+            with phases.phase("write"):
+                loggers.finish(results, path, model_name(model_args))
+        print(phases.summary_line(clock.block()), file=sys.stderr)
         return 0
 
 

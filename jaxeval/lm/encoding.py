@@ -24,6 +24,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from jaxeval.lm.batch_tokenize import BatchTokenizer
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_LENGTH = 2048
@@ -187,6 +189,7 @@ class Encoder:
         prefix_token_id: int | None = None,
     ):
         self.tokenizer = tokenizer
+        self.batch = BatchTokenizer(tokenizer)
         self.add_bos_token = add_bos_token
         self.prefix_token_id = resolve_prefix_token_id(tokenizer, prefix_token_id)
         self._prefix_str = tokenizer.decode(self.prefix_token_id)
@@ -228,7 +231,7 @@ class Encoder:
             ).append(i)
         for key, idx in groups.items():
             distinct = list(dict.fromkeys(strings[i] for i in idx))  # MC contexts repeat per choice
-            encoded = self.tokenizer(distinct, **dict(key))["input_ids"]
+            encoded = self.batch(distinct, **dict(key))
             by_string = dict(zip(distinct, encoded))
             for i in idx:
                 out[i] = list(by_string[strings[i]])

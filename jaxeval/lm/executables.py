@@ -41,6 +41,7 @@ from typing import Any
 
 import jax
 
+from jaxeval.platform import phases
 from jaxeval.platform.compile_cache import CompileCounter
 
 
@@ -125,8 +126,11 @@ class Executables:
         if job.key not in self._compiled:
             start = time.perf_counter()
             pending = self._pending.pop(job.key, None)
-            self._compiled[job.key] = pending.result() if pending is not None else self._build(job)
+            with phases.phase("compile"):
+                built = pending.result() if pending is not None else self._build(job)
+            self._compiled[job.key] = built
             self.compile_wait_seconds += time.perf_counter() - start
+            phases.count("compiles")
         return self._compiled[job.key]
 
     def cancel_pending(self) -> None:

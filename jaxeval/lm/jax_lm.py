@@ -46,10 +46,11 @@ from jaxeval.lm.score.buckets import BucketSet, parse_buckets
 from jaxeval.lm.score.budget import auto_token_budget
 from jaxeval.lm.score.planner import ScorePlan, plan_score_batches
 from jaxeval.lm.score.scorer import Scorer, skipped
+from jaxeval.lm.score.shaping import POINT_COST, point_cost_of
 from jaxeval.models import LoadedModel, load_model
 from jaxeval.models.runtime import make_runtime
 from jaxeval.models.spec import ModelSpec
-from jaxeval.platform import compile_cache
+from jaxeval.platform import compile_cache, phases
 from jaxeval.platform.mesh import batch_shards, make_mesh, spans_all_processes
 
 _SUMMED_STATS = ("requests", "real_tokens", "computed_tokens", "batches", "compilations")
@@ -141,6 +142,7 @@ class JaxLM(LM):
         )
         self.packing = bool(config.packing)
         self.shared_context = bool(config.shared_context)
+        self.point_cost = self._point_cost(self.loaded)
         self.scorer = Scorer(
             model=self.loaded.spec,
             params=self.loaded.params,
@@ -155,6 +157,17 @@ class JaxLM(LM):
         self.first_scored_at: float | None = None  # perf_counter() when the first batch came back
         self.first_dispatched_at: float | None = None  # ... when it was handed to the device
         self.totals: dict[str, float] = {}  # every scoring call so far (reported in model_info)
+
+    @staticmethod
+    def _point_cost(loaded: LoadedModel) -> float:
+        """A score point's cost in row tokens for this model (`shaping.point_cost_of`), which the
+        planner weighs padding points by; the default for a model that is not one of ours."""
+        spec = loaded.spec
+        if not isinstance(spec, ModelSpec):
+            return POINT_COST
+        embed = spec.vocab_size * spec.hidden_size
+        body = spec.param_count(loaded.params) - embed - (0 if spec.tie_embeddings else embed)
+        return point_cost_of(spec.hidden_size, spec.vocab_size, body)
 
     @staticmethod
     def _load(config: JaxLMConfig) -> tuple[LoadedModel, Mesh]:
@@ -317,7 +330,8 @@ class JaxLM(LM):
         self, requests: Sequence[Any], disable_tqdm: bool = False
     ) -> list[tuple[float, bool]]:
         pairs = [tuple(req.args[:2]) for req in requests]
-        encoded = self.encoder.encode_requests(pairs)
+        with phases.phase("tokenize"):
+            encoded = self.encoder.encode_requests(pairs)
         hook = self.answer_hook
         ll, greedy = self.loglikelihood_tokens(
             encoded,
@@ -337,7 +351,9 @@ class JaxLM(LM):
         texts = [req.args[0] for req in requests]
         windows: list[tuple[list[int], list[int]]] = []
         owner: list[int] = []
-        for i, ids in enumerate(self.encoder.tok_encode_many(texts)):
+        with phases.phase("tokenize"):
+            documents = self.encoder.tok_encode_many(texts)
+        for i, ids in enumerate(documents):
             w = self._rolling(ids)
             windows.extend(w)
             owner.extend([i] * len(w))
@@ -385,12 +401,17 @@ class JaxLM(LM):
                 raise JaxevalError(
                     f"request {i} has an empty continuation after tokenization (lm-eval asserts on it)"
                 )
-        self._check_token_ids(encoded)
         start = time.perf_counter()
-        truncated = truncate_all(encoded, self._max_length)
-        plan = plan_score_batches(
-            truncated, self.buckets, packing=self.packing, shared_context=self.shared_context
-        )
+        with phases.phase("plan"):
+            self._check_token_ids(encoded)
+            truncated = truncate_all(encoded, self._max_length)
+            plan = plan_score_batches(
+                truncated,
+                self.buckets,
+                packing=self.packing,
+                shared_context=self.shared_context,
+                point_cost=self.point_cost,
+            )
         planned = time.perf_counter()
         compiled_before = self.scorer.compile_stats()
         skip = (lambda idx: all(int(i) in known for i in idx)) if known else None
@@ -412,13 +433,15 @@ class JaxLM(LM):
         def on_dispatch() -> None:
             self.first_dispatched_at = self.first_dispatched_at or time.perf_counter()
 
-        ll, greedy = self.scorer.run_plan(
-            plan,
-            on_batch=on_batch,
-            on_answers=on_answers,
-            skip=skip,
-            on_dispatch=on_dispatch,
-        )
+        with phases.phase("dispatch"):
+            ll, greedy = self.scorer.run_plan(
+                plan,
+                on_batch=on_batch,
+                on_answers=on_answers,
+                skip=skip,
+                on_dispatch=on_dispatch,
+            )
+        phases.count("scored_tokens", sum(b.real_tokens for b in to_run))
         for i, (value, is_greedy) in (known or {}).items():
             ll[i], greedy[i] = value, is_greedy
         bar.close()

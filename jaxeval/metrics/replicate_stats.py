@@ -25,6 +25,10 @@ matches neither, the sum-based statistics go through the aggregation per replica
 stay vectorised), which is exact on any interpreter. `median` and `nanmean` do not use Python's
 `sum`.
 
+**Sums without indices.** For the sum-based aggregations, `summed_statistic` gives the columns
+to sum and the finishing step alone, so that the C++ kernel can sum every replicate as it draws
+it, in the same order, and hand back only the sums (`resample.replicate_row_sums`).
+
 **When the block path applies.** Only where exactness is certain; otherwise `block_statistic`
 returns None and the caller applies the aggregation to each replicate's documents:
 
@@ -41,7 +45,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -201,46 +205,82 @@ def _summable(values: Sequence[Any]) -> np.ndarray | None:
     return np.array(values, dtype=np.float64)
 
 
+class SummedStatistic(NamedTuple):
+    """A statistic of each replicate's column sums: `columns` are [n] float64 (the values, and the
+    weights of a weighted aggregation), summed over each replicate's documents as this
+    interpreter's `sum` adds them (`compensated`: Neumaier's sum); `finish(sums)` turns the
+    replicates' sums ([R] float64 per column) into their statistics, or None when some replicate
+    needs the aggregation itself (a zero total weight, which raises the aggregation's own error)."""
+
+    columns: tuple[np.ndarray, ...]
+    compensated: bool
+    finish: Callable[[Sequence[np.ndarray]], list | None]
+
+
 def _mean_based(finish: Callable[[float, int], float]) -> Callable:
-    def build(f: Callable, xs: Sequence[Any]) -> BlockStatistic | None:
+    def build(f: Callable, xs: Sequence[Any]) -> SummedStatistic | None:
         values = _summable(xs)
         if values is None:
             return None
         n = len(xs)
-        scratch = Scratch()
-
-        def statistic(block: np.ndarray) -> list:
-            sums = python_row_sums(values, block, scratch=scratch).tolist()
-            return [finish(s, n) for s in sums]
-
-        return statistic
+        return SummedStatistic(
+            (values,),
+            FLOAT_SUM == "neumaier",
+            lambda sums: [finish(s, n) for s in sums[0].tolist()],
+        )
 
     return build
 
 
 def _weighted(finish: Callable[[float, float], float]) -> Callable:
-    def build(f: Callable, pairs: Sequence[Any]) -> BlockStatistic | None:
+    def build(f: Callable, pairs: Sequence[Any]) -> SummedStatistic | None:
         if not all(type(p) in (tuple, list) and len(p) == 2 for p in pairs):
             return None
         values = _summable([p[0] for p in pairs])
         weights = _summable([p[1] for p in pairs])
         if values is None or weights is None:
             return None
-        one_by_one = replicate_lists_statistic(f, pairs)
-        scratch = Scratch()
 
-        def statistic(block: np.ndarray) -> list:
-            s = python_row_sums(values, block, scratch=scratch).tolist()
-            w = python_row_sums(weights, block, scratch=scratch).tolist()
-            out = []
-            for r, (sv, sw) in enumerate(zip(s, w)):
-                # A zero total weight raises in the aggregation: let it, with its own message.
-                out.append(finish(sv, sw) if sw != 0 else one_by_one(block[r : r + 1])[0])
-            return out
+        def finish_all(sums: Sequence[np.ndarray]) -> list | None:
+            s, w = sums
+            if not w.all():
+                return None
+            return [finish(sv, sw) for sv, sw in zip(s.tolist(), w.tolist())]
 
-        return statistic
+        return SummedStatistic((values, weights), FLOAT_SUM == "neumaier", finish_all)
 
     return build
+
+
+_SUMMED: dict[Callable, Callable] = {
+    agg.mean: _mean_based(lambda s, n: s / n),
+    agg.perplexity: _mean_based(lambda s, n: math.exp(-(s / n))),
+    agg.weighted_perplexity: _weighted(lambda s, w: math.exp(-(s / w))),
+    agg.bits_per_byte: _weighted(lambda s, w: -(s / w) / _LN2),
+}
+
+
+def summed_statistic(f: Callable, xs: Sequence[Any]) -> SummedStatistic | None:
+    """The row-sum form of aggregation `f` (matched by identity) over documents `xs`, or None when
+    `f` is not a function of sums or `xs` holds values whose sums could differ from the
+    interpreter's (see the module doc)."""
+    build = _SUMMED.get(f)
+    return None if build is None else build(f, xs)
+
+
+def _from_sums(f: Callable, xs: Sequence[Any]) -> BlockStatistic | None:
+    summed = summed_statistic(f, xs)
+    if summed is None:
+        return None
+    one_by_one = replicate_lists_statistic(f, xs)
+    scratch = Scratch()
+
+    def statistic(block: np.ndarray) -> list:
+        sums = [python_row_sums(c, block, scratch=scratch) for c in summed.columns]
+        out = summed.finish(sums)
+        return one_by_one(block) if out is None else out
+
+    return statistic
 
 
 def _median(f: Callable, xs: Sequence[Any]) -> BlockStatistic | None:
@@ -292,10 +332,7 @@ def _nanmean(f: Callable, xs: Sequence[Any]) -> BlockStatistic | None:
 
 
 _BUILDERS: dict[Callable, Callable] = {
-    agg.mean: _mean_based(lambda s, n: s / n),
-    agg.perplexity: _mean_based(lambda s, n: math.exp(-(s / n))),
-    agg.weighted_perplexity: _weighted(lambda s, w: math.exp(-(s / w))),
-    agg.bits_per_byte: _weighted(lambda s, w: -(s / w) / _LN2),
+    **dict.fromkeys(_SUMMED, _from_sums),
     agg.median: _median,
     agg.nanmean: _nanmean,
 }

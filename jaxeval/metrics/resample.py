@@ -16,13 +16,21 @@ double as CPython's `random()` does, `((a >> 5) * 2**26 + (b >> 6)) / 2**53`. An
 `u = K / 2**53` rounds exactly as `K * n` does, so `floor(u * n)` is the same index (and below `n`
 for any `n` < 2**53). `tests/metrics/test_bootstrap_vectorised.py` checks all of this against
 `random.Random(i).choices` itself.
+
+The draws come from the C++ kernel (`jaxeval.metrics.bootstrap_kernel`: the same stream and
+arithmetic, ~7x faster than NumPy's generator) when it builds, else from NumPy; `native=False`
+asks for NumPy. For statistics that are functions of row sums, `replicate_row_sums` leaves the
+indices in the kernel and returns every replicate's sums.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import ctypes
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
+
+from jaxeval.metrics import bootstrap_kernel
 
 BOOTSTRAP_CHUNK = 1000
 # Indices per yielded block (2 MiB of int64): big enough for NumPy to run at full speed, small
@@ -37,28 +45,59 @@ def chunking(iters: int) -> tuple[int, int]:
     return chunk, iters // chunk
 
 
-def python_random_generator(seed: int) -> np.random.Generator:
-    """A NumPy generator whose `random()` doubles equal `random.Random(seed).random()`'s."""
+def seed_key(seed: int) -> list[int]:
+    """The 32-bit words `random.seed(seed)` feeds `init_by_array`: those of abs(seed), least
+    significant first, [0] for 0 (2**32 + 5 -> [5, 1])."""
     value = abs(int(seed))
     words = [0] if value == 0 else []
     while value:
         words.append(value & 0xFFFFFFFF)
         value >>= 32
-    _, key, pos, _, _ = np.random.RandomState(words).get_state(legacy=True)
+    return words
+
+
+def python_random_generator(seed: int) -> np.random.Generator:
+    """A NumPy generator whose `random()` doubles equal `random.Random(seed).random()`'s."""
+    _, key, pos, _, _ = np.random.RandomState(seed_key(seed)).get_state(legacy=True)
     bit_generator = np.random.MT19937()
     bit_generator.state = {"bit_generator": "MT19937", "state": {"key": key, "pos": pos}}
     return np.random.Generator(bit_generator)
 
 
+def _kernel(n: int, native: bool) -> ctypes.CDLL | None:
+    """The loaded kernel library when `native` and it applies to `n` documents, else None."""
+    if not native or n > bootstrap_kernel.MAX_DOCUMENTS:
+        return None
+    return bootstrap_kernel.load_kernel()
+
+
+def _numpy_draws(seed: int, n: int) -> Callable[[np.ndarray, np.ndarray], None]:
+    generator = python_random_generator(seed)
+    scale = float(n)
+
+    def fill(indices: np.ndarray, draws: np.ndarray) -> None:
+        generator.random(out=draws)
+        np.multiply(draws, scale, out=draws)
+        np.copyto(indices, draws, casting="unsafe")  # truncation: draws are >= 0
+
+    return fill
+
+
+def _kernel_draws(lib: ctypes.CDLL, seed: int, n: int) -> Callable[[np.ndarray, np.ndarray], None]:
+    stream = bootstrap_kernel.Stream(lib, seed_key(seed))
+    return lambda indices, _draws: stream.indices(n, indices)
+
+
 def replicate_index_blocks(
-    iters: int, n: int, *, block_elements: int = BLOCK_ELEMENTS
+    iters: int, n: int, *, block_elements: int = BLOCK_ELEMENTS, native: bool = True
 ) -> Iterator[np.ndarray]:
     """The documents each replicate draws, as int64 blocks with one row per replicate.
 
     Rows come in lm-eval's replicate order (seed 0's chunk, then seed 1's, ...), each block at most
     `block_elements` indices (at least one row), and row r of all blocks together holds the `n`
     indices `random.Random(r // chunk).choices(range(n), k=n)` would give after `r % chunk` earlier
-    calls. `n` must be at least 1 and `iters` at least 1.
+    calls. `n` must be at least 1 and `iters` at least 1. Drawn by the kernel where it is
+    available and `native`, else by NumPy: the same indices.
 
     Every block is a view of one buffer that the next block overwrites (so that the memory is
     touched once, not once per block): use each block before asking for the next, or copy it.
@@ -67,16 +106,40 @@ def replicate_index_blocks(
         raise ValueError(f"need n >= 1 and iters >= 1, got n={n}, iters={iters}")
     chunk, chunks = chunking(iters)
     rows = max(1, min(chunk, block_elements // n))
-    draws = np.empty((rows, n), dtype=np.float64)  # one replicate per row, one draw per document
+    lib = _kernel(n, native)
+    # one replicate per row, one draw per document (NumPy's doubles: none for the kernel)
+    draws = np.empty((0, n) if lib else (rows, n), dtype=np.float64)
     indices = np.empty((rows, n), dtype=np.int64)
-    scale = float(n)
     for seed in range(chunks):
-        generator = python_random_generator(seed)
+        fill = _kernel_draws(lib, seed, n) if lib else _numpy_draws(seed, n)
         left = chunk
         while left:
             take = min(rows, left)
-            generator.random(out=draws[:take])
-            np.multiply(draws[:take], scale, out=draws[:take])
-            np.copyto(indices[:take], draws[:take], casting="unsafe")  # truncation: draws are >= 0
+            fill(indices[:take], draws[:take])
             yield indices[:take]
             left -= take
+
+
+def replicate_row_sums(
+    columns: Sequence[np.ndarray], iters: int, *, compensated: bool, native: bool = True
+) -> list[np.ndarray] | None:
+    """Every replicate's sum of each column, or None where the kernel is unavailable (or not
+    `native`): `out[k][r] = sum(columns[k][i] for i in replicate r's indices)`, the indices of
+    `replicate_index_blocks`, added as `replicate_stats.python_row_sums` adds them (`compensated`:
+    Neumaier's sum, Python 3.12's; else left to right). `columns` are [n] float64 values sharing
+    the draws (a weighted aggregation's values and weights); each result is [chunk * chunks].
+    """
+    n = len(columns[0])
+    if n < 1 or iters < 1:
+        raise ValueError(f"need n >= 1 and iters >= 1, got n={n}, iters={iters}")
+    lib = _kernel(n, native)
+    if lib is None:
+        return None
+    chunk, chunks = chunking(iters)
+    columns = [np.ascontiguousarray(c, dtype=np.float64) for c in columns]
+    out = [np.empty(chunk * chunks, dtype=np.float64) for _ in columns]
+    for seed in range(chunks):
+        part = [o[seed * chunk : (seed + 1) * chunk] for o in out]
+        stream = bootstrap_kernel.Stream(lib, seed_key(seed))
+        stream.row_sums(n, chunk, columns, part, compensated=compensated)
+    return out

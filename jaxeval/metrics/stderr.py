@@ -11,11 +11,15 @@ give the same numbers, and so does this one, which needs no process pool):
 
 The result depends on the order of `xs` (document order), exactly as in lm-eval.
 
-The replicates are computed a block at a time: the draws come from NumPy's copy of the same
-Mersenne Twister stream (`jaxeval.metrics.resample`), and mean, perplexity, weighted perplexity, bits
-per byte, median and nanmean are evaluated for a whole block with the same floating-point operations
-(`jaxeval.metrics.replicate_stats`); any other aggregation is called on each replicate's documents.
-`bootstrap_replicates_reference` is the one-draw-at-a-time loop above, kept as the reference.
+For mean, perplexity, weighted perplexity and bits per byte, every replicate's sums come from the
+C++ kernel (`jaxeval.metrics.bootstrap_kernel`: the same Mersenne Twister stream, each replicate
+summed in Python's order), finished with the aggregation's own float operations
+(`jaxeval.metrics.replicate_stats.summed_statistic`). Otherwise, or without a C++ compiler, the
+replicates are computed a block at a time: the draws come from the kernel or NumPy's copy of the
+stream (`jaxeval.metrics.resample`), and those aggregations, median and nanmean are evaluated for
+a whole block with the same floating-point operations (`jaxeval.metrics.replicate_stats`); any
+other aggregation is called on each replicate's documents. `bootstrap_replicates_reference` is the
+one-draw-at-a-time loop above, kept as the reference.
 """
 
 from __future__ import annotations
@@ -27,8 +31,12 @@ from typing import Any
 
 from jaxeval.metrics.aggregations import acc_all_question_scores, mean
 from jaxeval.metrics.builtin import AGGREGATIONS
-from jaxeval.metrics.replicate_stats import block_statistic, replicate_lists_statistic
-from jaxeval.metrics.resample import BOOTSTRAP_CHUNK, replicate_index_blocks
+from jaxeval.metrics.replicate_stats import (
+    block_statistic,
+    replicate_lists_statistic,
+    summed_statistic,
+)
+from jaxeval.metrics.resample import BOOTSTRAP_CHUNK, replicate_index_blocks, replicate_row_sums
 
 StderrFn = Callable[[Sequence[Any]], float]
 
@@ -60,16 +68,27 @@ def acc_all_stderr(pairs: Sequence[tuple[Any, dict]]) -> float:
     return mean_stderr(acc_all_question_scores(pairs))
 
 
-def bootstrap_replicates(f: Callable[[list], float], xs: Sequence[Any], iters: int) -> list[float]:
+def bootstrap_replicates(
+    f: Callable[[list], float], xs: Sequence[Any], iters: int, *, native: bool = True
+) -> list[float]:
     """`iters // min(1000, iters)` chunks of resampled statistics, chunk i seeded with `Random(i)`.
 
-    Equal, float for float, to `bootstrap_replicates_reference(f, xs, iters)`, block by block.
+    Equal, float for float, to `bootstrap_replicates_reference(f, xs, iters)`, with the C++
+    kernel or (`native=False`, or no compiler) NumPy alone.
     """
     if iters < 1 or len(xs) == 0:  # lm-eval's own behaviour on these (errors included)
         return bootstrap_replicates_reference(f, xs, iters)
+    summed = summed_statistic(f, xs)
+    if summed is not None:
+        sums = replicate_row_sums(
+            summed.columns, iters, compensated=summed.compensated, native=native
+        )
+        replicates = None if sums is None else summed.finish(sums)
+        if replicates is not None:
+            return replicates
     statistic = block_statistic(f, xs) or replicate_lists_statistic(f, xs)
-    replicates: list[float] = []
-    for block in replicate_index_blocks(iters, len(xs)):
+    replicates = []
+    for block in replicate_index_blocks(iters, len(xs), native=native):
         replicates.extend(statistic(block))
     return replicates
 

@@ -96,6 +96,21 @@ def _sort_by_expert(experts: Int["B*T Kx"], num_experts: int):
     return order, sizes
 
 
+def ragged_matmul(h: Float["B*T*Kx D"], w: Float["Nx D F"], sizes: jax.Array) -> Float["B*T*Kx F"]:
+    """`jax.lax.ragged_dot(h, w, sizes)` (sizes [Nx]: each expert's rows of h, sorted by expert) in
+    h's dtype, accumulated in float32.
+
+    XLA:TPU runs `ragged_dot` as a Mosaic grouped-matmul kernel, which refuses HIGHEST precision on
+    bfloat16 operands ("Mosaic failed to compile TPU kernel: Bad lhs type") and takes HIGHEST and
+    DEFAULT on float32 ones. So: HIGHEST for float32 operands (float32 stays float32 on TPUs, as
+    `layers.dense`; on the CPU the same program as before, bit for bit), DEFAULT for bfloat16 ones,
+    whose products the MXU computes exactly anyway (HIGHEST only splits float32 operands).
+    """
+    precision = HIGHEST if h.dtype == jnp.float32 else jax.lax.Precision.DEFAULT
+    y = jax.lax.ragged_dot(h, w, sizes, precision=precision, preferred_element_type=jnp.float32)
+    return y.astype(h.dtype)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RaggedExperts:
     """`jax.lax.ragged_dot` over the assignments sorted by expert: native on XLA:TPU, a dense
@@ -111,7 +126,7 @@ class RaggedExperts:
         chosen = experts.reshape(-1)[order]  # [B*T*Kx]
 
         def grouped(h, w, bias):
-            y = jax.lax.ragged_dot(h, w.astype(h.dtype), sizes, precision=HIGHEST)
+            y = ragged_matmul(h, w.astype(h.dtype), sizes)
             return y if bias is None else y + bias[chosen].astype(h.dtype)
 
         g = grouped(rows, p["gate"], p.get("gate_bias"))

@@ -78,7 +78,7 @@ class Compiled:
                     roofline_s=t,
                     tokens_per_s=self.tokens / t if t else 0.0,
                     useful_over_compiled=self.useful_flops / self.flops if self.flops else 0.0,
-                    roofline_mfu=self.useful_flops / (t * topo.chip.peak_flops) if t else 0.0,
+                    mfu_bound=self.useful_flops / (t * topo.chip.peak_flops) if t else 0.0,
                 )
         return out
 

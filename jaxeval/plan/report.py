@@ -106,7 +106,7 @@ class TopologyPlan:
             + f", token budget {self.token_budget:,}; compiled by {self.compiler}",
             "",
             "| executable | HBM GiB / chip | GFLOP / chip | GB / chip | roofline ms | tokens/s |"
-            " useful / compiled | roofline MFU | collectives | Pallas | CPU calls, host |",
+            " useful / compiled | MFU bound (roofline) | collectives | Pallas | CPU calls, host |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for e in self.executables:
@@ -119,7 +119,7 @@ class TopologyPlan:
             if e.layers_counted:
                 rates = (
                     f"{s['roofline_s'] * 1e3:,.2f} | {s['tokens_per_s']:,.0f} | "
-                    f"{s['useful_over_compiled']:.0%} | {s['roofline_mfu']:.0%}"
+                    f"{s['useful_over_compiled']:.0%} | {s['mfu_bound']:.0%}"
                 )
             else:  # the compiler's counts: a scanned layer once
                 rates = "- | - | - | -"

@@ -33,6 +33,7 @@ import yaml
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from jaxeval.errors import JaxevalError
+from jaxeval.platform import phases
 
 MESH_AXES = ("data", "fsdp", "model")
 BATCH_AXES = ("data", "fsdp")
@@ -275,7 +276,13 @@ def place_params(params: Any, mesh: Mesh) -> Any:
 
 
 def to_host(tree: Any) -> Any:
-    """jax.Arrays -> numpy on every process: replicated outputs are read locally, others gathered."""
+    """jax.Arrays -> numpy on every process: replicated outputs are read locally, others gathered.
+    The wait counts as the run's `device` phase (`jaxeval.platform.phases`)."""
+    with phases.phase("device"):
+        return _to_host(tree)
+
+
+def _to_host(tree: Any) -> Any:
     if jax.process_count() == 1:
         return jax.device_get(tree)
 

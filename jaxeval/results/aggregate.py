@@ -16,6 +16,7 @@ from jaxeval.api.group import Group
 from jaxeval.api.scoring import MetricTable
 from jaxeval.api.task import Task
 from jaxeval.metrics import AGGREGATIONS, stderr_for_aggregation
+from jaxeval.platform import phases
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,8 @@ def task_aggregates(
         if isinstance(bootstrap_iters, int) and bootstrap_iters > 0:
             se_fn = stderr_for_aggregation(agg_fn, bootstrap_iters, metric_name=metric)
             if se_fn is not None and len(items) > 1:
-                stderr = se_fn(items)
+                with phases.phase("stderr"):
+                    stderr = se_fn(items)
         out[f"{metric}_stderr,{flt}"] = stderr
     return out, sample_len
 

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,8 +114,11 @@ def save_results(
     fewshot_as_multiturn: bool | None = None,
     chat_template: str | None = None,
     start_time: float | None = None,
+    finish: Callable[[dict], None] | None = None,
 ) -> Path:
-    """Writes samples jsonl files (if present in `results`) and the results JSON; returns its path."""
+    """Writes samples jsonl files (if present in `results`) and the results JSON; returns its path.
+    `finish(results)`, when given, runs after the samples files are written and before the results
+    JSON is made (the run's `timing` block is completed there)."""
     results = dict(results)
     samples = results.pop("samples", None) or {}
     name = model_name(model_args)
@@ -147,25 +151,38 @@ def save_results(
         results_file = path.with_name(f"{path.stem}_{date_id}.json")
     else:
         results_file = path / sanitize_model_name(name) / f"results_{date_id}.json"
-    text = json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False)
     files = {samples_path(results_file, task): rows for task, rows in samples.items()}
+    made: list[str] = []
+
+    def text() -> str:
+        if not made:
+            if finish is not None:
+                finish(results)
+            made.append(
+                json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False)
+            )
+        return made[0]
+
     try:
         write_results(results_file, text, files)
     except OSError as e:
-        raise save_failed(e, results_file, text, files) from None
+        raise save_failed(e, results_file, text(), files) from None
     return results_file
 
 
-def write_results(results_file: Path, text: str, samples: dict[Path, list[dict]]) -> None:
-    """The samples files, then the results file, each atomically, under a journal
-    (`jaxeval.results.journal`) after sweeping what killed saves left in the folder."""
+def write_results(
+    results_file: Path, text: str | Callable[[], str], samples: dict[Path, list[dict]]
+) -> None:
+    """The samples files, then the results file (`text`, or `text()` made after the samples are
+    written), each atomically, under a journal (`jaxeval.results.journal`) after sweeping what
+    killed saves left in the folder."""
     folder = results_file.parent
     folder.mkdir(parents=True, exist_ok=True)
     journal.sweep(folder)
     with journal.journal(folder, [p.name for p in samples] + [results_file.name]):
         for path, rows in samples.items():
             atomic_write(path, "".join(_sample_line(r) + "\n" for r in rows))
-        atomic_write(results_file, text)
+        atomic_write(results_file, text if isinstance(text, str) else text())
 
 
 def save_failed(

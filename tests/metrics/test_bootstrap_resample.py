@@ -53,19 +53,22 @@ def test_generator_doubles_equal_python_random(seed):
         (9, 5153),  # LAMBADA's size
     ],
 )
-def test_indices_equal_random_choices(iters, n):
+@pytest.mark.parametrize("native", [True, False])  # the C++ kernel where it builds; NumPy
+def test_indices_equal_random_choices(iters, n, native):
     expected = reference_indices(iters, n)
-    assert all_rows(iters, n) == expected
+    assert all_rows(iters, n, native=native) == expected
     # Blocks that split a chunk unevenly (3 rows, then the remainder) give the same rows.
-    assert all_rows(iters, n, block_elements=3 * n + 1) == expected
+    assert all_rows(iters, n, block_elements=3 * n + 1, native=native) == expected
 
 
-def test_blocks_are_bounded_and_ordered():
-    shapes = [b.shape for b in replicate_index_blocks(2500, 60, block_elements=600)]
+@pytest.mark.parametrize("native", [True, False])
+def test_blocks_are_bounded_and_ordered(native):
+    shapes = [b.shape for b in replicate_index_blocks(2500, 60, block_elements=600, native=native)]
     assert shapes == ([(10, 60)] * 100) * 2  # 10 rows per block, 1,000 per seed, 2 seeds
     # A population larger than a block still gets one row per block.
-    assert {b.shape for b in replicate_index_blocks(3, 70, block_elements=50)} == {(1, 70)}
-    block = next(replicate_index_blocks(10, 5153))
+    blocks = replicate_index_blocks(3, 70, block_elements=50, native=native)
+    assert {b.shape for b in blocks} == {(1, 70)}
+    block = next(replicate_index_blocks(10, 5153, native=native))
     assert block.dtype == np.int64 and 0 <= block.min() and block.max() < 5153
 
 

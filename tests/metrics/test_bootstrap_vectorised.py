@@ -113,13 +113,14 @@ def _single_process(monkeypatch):
 def assert_equals_lm_eval(name, lm_agg, xs, iters, *, same_types=True):
     f = AGGREGATIONS.get(name)
     expected = lm_metrics._bootstrap_internal_no_mp(lm_agg, xs, iters)
-    got = bootstrap_replicates(f, xs, iters)
-    assert got == expected or (  # NaN != NaN: compare those by position
-        len(got) == len(expected)
-        and all(a == b or (a != a and b != b) for a, b in zip(got, expected))
-    )
-    if same_types:  # float or numpy float64, as lm-eval's statistic returns it
-        assert [type(x) for x in got] == [type(x) for x in expected]
+    for native in (True, False):  # the C++ kernel where it builds; NumPy's blocks
+        got = bootstrap_replicates(f, xs, iters, native=native)
+        assert got == expected or (  # NaN != NaN: compare those by position
+            len(got) == len(expected)
+            and all(a == b or (a != a and b != b) for a, b in zip(got, expected))
+        )
+        if same_types:  # float or numpy float64, as lm-eval's statistic returns it
+            assert [type(x) for x in got] == [type(x) for x in expected]
     stderr = bootstrap_stderr(f, xs, iters)
     assert stderr == lm_metrics.bootstrap_stderr(lm_agg, xs, iters)
 
@@ -177,6 +178,11 @@ def test_perplexity_family_equals_lm_eval_at_100000(case, docs):
     expected = lm_metrics.bootstrap_stderr(lm_agg, xs, 100_000)
     if name == "perplexity":  # the results table's path; the weighted ones get "N/A" there
         assert stderr_for_aggregation(name, 100_000)(xs) == expected
+        # The C++ kernel's sums (tests/metrics/test_bootstrap_kernel.py) and NumPy's agree.
+        f = AGGREGATIONS.get(name)
+        assert bootstrap_replicates(f, xs, 100_000) == bootstrap_replicates(
+            f, xs, 100_000, native=False
+        )
     else:
         assert stderr_for_aggregation(name, 100_000) is None
         assert bootstrap_stderr(AGGREGATIONS.get(name), xs, 100_000) == expected
@@ -273,7 +279,7 @@ def test_a_chunks_last_lone_replicate_equals_lm_eval():
     rng = random.Random(787)
     xs = [-rng.lognormvariate(0.4, 1.1) for _ in range(787)]
     expected = lm_metrics._bootstrap_internal_no_mp(lm_metrics.perplexity, xs, 1000)
-    assert bootstrap_replicates(AGGREGATIONS.get("perplexity"), xs, 1000) == expected
+    assert bootstrap_replicates(AGGREGATIONS.get("perplexity"), xs, 1000, native=False) == expected
 
 
 def test_compensated_sums_take_floats_or_ints_not_both(monkeypatch):

@@ -2,11 +2,12 @@
 
 On the CPU in Pallas's interpreter: float32 within 2e-6 and bfloat16 within 2e-2 (absolute, per
 element, real queries only) of dense float32 attention under `packed_mask & window_mask`, at real
-head shapes (E = 64 with GQA 3:1, E = 128 with 8:1), with windows, soft-caps, shared-context
-children, padding tails, a request shorter than one block and T not a multiple of the block; with an
-`init` state over earlier keys; and in the TPU simulator. Block skipping: the docstring's drawn
-visibility, and keys of a skipped block set to NaN never reach an output. For a TPU v5e: the
-kernel compiles (a `tpu_custom_call`) and declares about the causal half of dense attention's FLOPs.
+head shapes (E = 64 with GQA 3:1, E = 128 with 8:1, DeepSeek's E = 192), with windows, soft-caps,
+shared-context children, padding tails, a request shorter than one block and T not a multiple of
+the block; with an `init` state over earlier keys; and in the TPU simulator. Block skipping: the
+docstring's drawn visibility, and keys of a skipped block set to NaN never reach an output. For a
+TPU v5e: the kernel compiles (a `tpu_custom_call`) and declares about the causal half of dense
+attention's FLOPs.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def _error(actual, expected, segment) -> float:
 CASES = [  # (heads, kv heads, head dim, window, softcap, dtype, tolerance)
     (9, 3, 64, 48, None, jnp.float32, 2e-6),  # SmolLM2's GQA 3:1, a sliding window
     (8, 1, 128, 48, 50.0, jnp.bfloat16, 2e-2),  # GQA 8:1, window and Gemma-2's soft-cap
+    (2, 2, 192, attn.NO_WINDOW, None, jnp.float32, 2e-6),  # DeepSeek MLA: E = 128 + 64
 ]
 
 

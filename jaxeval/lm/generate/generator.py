@@ -65,6 +65,7 @@ from jaxeval.lm.generate.stops import (
 )
 from jaxeval.models.runtime import Runtime
 from jaxeval.models.spec import ModelSpec
+from jaxeval.platform import phases
 from jaxeval.platform.mesh import batch_shards, place_params, put_global, replicated
 
 Rows = list[tuple[int, list[int], int]]  # (request position, token ids, end reason)
@@ -236,11 +237,13 @@ class Generator:
             if on_rows is not None:
                 on_rows(rows)
 
-        if self.continuous:
-            out, stats = run_continuous(self, prompts, on_rows=finished)
-            stats["batches"] = stats["admissions"]
-        else:
-            out, stats = run_static(self, prompts, on_rows=finished)
+        with phases.phase("dispatch"):
+            if self.continuous:
+                out, stats = run_continuous(self, prompts, on_rows=finished)
+                stats["batches"] = stats["admissions"]
+            else:
+                out, stats = run_static(self, prompts, on_rows=finished)
+        phases.count("generated_tokens", sum(len(toks) for toks, _ in out.values()))
         expected = {pos for pr in prompts for pos in pr.outputs}
         if set(out) != expected:
             raise AssertionError(f"requests {sorted(expected - set(out))[:10]} were not answered")
@@ -273,7 +276,8 @@ class Generator:
             return []
         start = time.perf_counter()
         self.stats = {}
-        prompts = self.prompts(requests, same=same)
+        with phases.phase("tokenize"):
+            prompts = self.prompts(requests, same=same)
         by_output = {pos: pr for pr in prompts for pos in pr.outputs}
         compiled_before = self.executables.stats()
         bar = tqdm(

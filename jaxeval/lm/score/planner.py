@@ -140,7 +140,11 @@ def _make_units(
 
 
 def _pack_rows(
-    units: list[_Unit], buckets: BucketSet, packing: bool, min_length: int = 0
+    units: list[_Unit],
+    buckets: BucketSet,
+    packing: bool,
+    min_length: int = 0,
+    point_cost: float = shaping.POINT_COST,
 ) -> list[_Row]:
     order = sorted(
         range(len(units)),
@@ -163,7 +167,7 @@ def _pack_rows(
                 j += 1
         if target is None:
             length = buckets.row_length_for(max(unit.tokens, min_length), unit.points)
-            row = _Row(length=length, max_points=buckets.max_points(length))
+            row = _Row(length=length, max_points=_points_cap(unit, length, buckets, point_cost))
             rows.append(row)
             rid = len(rows) - 1
         else:
@@ -175,6 +179,24 @@ def _pack_rows(
         if packing and row.length - row.tokens > 0:
             bisect.insort(open_rows, (row.length - row.tokens, rid))
     return rows
+
+
+def _points_cap(unit: _Unit, length: int, buckets: BucketSet, point_cost: float) -> int:
+    """The score points a new row opened by `unit` may hold. Where a point costs more than a row
+    token (`point_cost` >= 1: a small model with a large vocabulary) on a fitted grid, the smallest
+    K of its length that a row full of units like this one needs: the LM head runs at all K points
+    of a row, so a row of multiple-choice answers that spills a few points past K=160 would double
+    its head cost at K=320. Otherwise the largest K of that length (rows fill up with tokens).
+
+        unit of 41 tokens, 20 points, rows of 320 (K 40, 160, 320)  -> 160   (full: 156 points)
+        unit of 80 tokens, 2 points, rows of 320                     -> 40
+    """
+    top = buckets.max_points(length)
+    if not buckets.fit_rows or point_cost < 1:
+        return top
+    want = max(unit.points, -(-unit.points * length // max(1, unit.tokens)))
+    tiers = sorted(b.points for b in buckets if b.length == length and b.points >= want)
+    return tiers[0] if tiers else top
 
 
 def _fill_row(
@@ -266,11 +288,13 @@ def plan_score_batches(
     packing: bool = True,
     shared_context: bool = True,
     min_efficiency: float = shaping.DEFAULT_MIN_EFFICIENCY,
+    point_cost: float = shaping.POINT_COST,
 ) -> ScorePlan:
     """Plans every request into fixed-shape batches; asserts each request is answered exactly once.
 
     `min_efficiency` is the padding-efficiency floor a fitted grid trades shapes against
-    (`jaxeval.lm.score.shaping.shape_batches`); explicit bucket lists ignore it.
+    (`jaxeval.lm.score.shaping.shape_batches`); explicit bucket lists ignore it. `point_cost` is a
+    score point's cost in row tokens (`shaping.point_cost_of`).
     """
     for i, r in enumerate(requests):
         if r.input_len > buckets.max_length or len(r.continuation) > buckets.max_points(
@@ -283,12 +307,16 @@ def plan_score_batches(
     units = _make_units(requests, buckets, shared_context)
     if buckets.fit_rows:
         start = shaping.pack_length([u.tokens for u in units], buckets) if packing else 0
-        rows = _pack_rows(units, buckets, packing, start)
+        rows = _pack_rows(units, buckets, packing, start, point_cost)
         by_index: dict[Bucket, list[int]] = {}
         for i, row in enumerate(rows):
             by_index.setdefault(buckets.pick(row.tokens, row.points), []).append(i)
         shapes = shaping.shape_batches(
-            by_index, [row.tokens for row in rows], buckets, min_efficiency=min_efficiency
+            by_index,
+            [row.tokens for row in rows],
+            buckets,
+            min_efficiency=min_efficiency,
+            point_cost=point_cost,
         )
         batches = [_build_batch(s.bucket, [rows[i] for i in s.rows]) for s in shapes]
     else:

@@ -374,19 +374,33 @@ ROWS: tuple[Family, ...] = (
 FAMILIES: dict[str, Family] = {row.model_type: row for row in ROWS}
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(FAMILIES))
 
+# The README's "TPU plan" column: every family's reduced config (2 layers, bf16) compiled for this
+# slice by `jaxeval plan --topology`'s path (scoring buckets, prefill, decode; tests/
+# test_tpu_families.py), except the model_types listed here with what fails (that test expects
+# them to fail).
+TPU_PLAN_TOPOLOGY = "v5e-8"
+TPU_PLAN_FAILS: dict[str, str] = {}
+
+
+def tpu_plan_outcome(model_type: str) -> str:
+    """The README's "TPU plan" cell of `model_type`: "compiles (v5e-8)", or what fails."""
+    if model_type in TPU_PLAN_FAILS:
+        return f"fails ({TPU_PLAN_TOPOLOGY}): {TPU_PLAN_FAILS[model_type]}"
+    return f"compiles ({TPU_PLAN_TOPOLOGY})"
+
 
 def families_markdown(gguf: frozenset[str] = frozenset()) -> str:
     """The supported-families table (Markdown), one row per model_type of `FAMILIES`; `gguf`: the
-    model_types that also load from GGUF files."""
+    model_types that also load from GGUF files; the TPU plan column: `tpu_plan_outcome`."""
     lines = [
-        "| `model_type` | checkpoints | what differs from Llama | GGUF |",
-        "|---|---|---|---|",
+        "| `model_type` | checkpoints | what differs from Llama | GGUF | TPU plan |",
+        "|---|---|---|---|---|",
     ]
     for model_type in SUPPORTED_MODEL_TYPES:
         row = FAMILIES[model_type]
         lines.append(
             f"| `{model_type}` | {row.checkpoints} | {row.differs} "
-            f"| {'yes' if model_type in gguf else ''} |"
+            f"| {'yes' if model_type in gguf else ''} | {tpu_plan_outcome(model_type)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -115,10 +115,11 @@ def pack_visibility(visible: Bool["B A A"]) -> jax.Array:
 
 
 def _lanes(x: jax.Array, n: int) -> jax.Array:
-    """A lane-replicated [rows, 128] column widened or narrowed to n lanes."""
+    """A lane-replicated [rows, 128] column widened or narrowed to n lanes (n = 192, MLA's head
+    dim: tiled to 256, then cut)."""
     if n <= _LANES:
         return x[:, :n]
-    return jnp.tile(x, (1, n // _LANES))
+    return jnp.tile(x, (1, -(-n // _LANES)))[:, :n]
 
 
 def _kernel(scale_ref, window_ref, visible_ref, first_ref, last_ref,  # scalar prefetch
