@@ -85,7 +85,7 @@ class PhaseClock:
         self.seconds["startup"] = now - self.start
         self.compiles = 0
         self.counts: dict[str, int] = {}
-        self._stack: list[list[Any]] = []  # [name, since] of the phases entered, innermost last
+        self._stack: list[list[Any]] = []  # entered phases: name, start; innermost last
         self._lock = threading.Lock()
 
     @contextmanager
