@@ -35,6 +35,7 @@ from jaxeval.cli.report import ReportCommand
 from jaxeval.cli.run import RunCommand
 from jaxeval.cli.startup import hide_torch_from_transformers, quiet_transformers_advice
 from jaxeval.cli.validate import ValidateCommand
+from jaxeval.platform import phases
 from jaxeval.platform.tpu_host import quiet_absent_tpu
 
 __all__ = ["COMMANDS", "SUBCOMMANDS", "Subcommand", "entry", "main"]
@@ -78,4 +79,5 @@ def entry() -> int:
     quiet_transformers_advice()  # before transformers is first imported
     hide_torch_from_transformers()
     quiet_absent_tpu()
+    phases.mark_command()  # a run's timing block counts from this process's start
     return main()

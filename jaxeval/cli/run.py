@@ -163,7 +163,7 @@ class RunCommand(Subcommand):
     def execute(self, args: argparse.Namespace) -> int:
         from jaxeval.platform import phases  # (start-up: see `_execute`)
 
-        clock = phases.begin_run(phases.process_start())
+        clock = phases.begin_run(phases.run_start())
         try:
             return self._execute(args, clock)
         finally:

@@ -18,20 +18,31 @@ does nothing once transformers or torch is imported.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import os
 import sys
+import types
 
 KEEP_TORCH = "JAXEVAL_TRANSFORMERS_TORCH"
 
 
 def hide_torch_from_transformers() -> bool:
-    """Makes transformers' `is_torch_available()` false for this process; True if it did."""
+    """Makes transformers' `is_torch_available()` false for this process; True if it will.
+
+    Nothing is imported here: `jaxeval --help` or `ls` never loads transformers. The change is made
+    by an import hook the moment transformers' `utils.import_utils` module has run, before any other
+    transformers module asks it about torch."""
     if os.environ.get(KEEP_TORCH, "0") not in ("0", "", "false", "False"):
         return False
     if "transformers" in sys.modules or "torch" in sys.modules:
         return False
-    from transformers.utils import import_utils  # no torch: this module only inspects packages
+    if not any(isinstance(finder, _HideTorchOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _HideTorchOnImport())
+    return True
 
+
+def _hide_torch(import_utils: types.ModuleType) -> None:
     found = import_utils._is_package_available
 
     def available(pkg_name: str, return_version: bool = False):
@@ -41,7 +52,28 @@ def hide_torch_from_transformers() -> bool:
 
     import_utils._is_package_available = available
     import_utils.is_torch_available.cache_clear()
-    return True
+
+
+class _HideTorchOnImport(importlib.abc.MetaPathFinder):
+    """Finds transformers' `utils.import_utils` as the path finder would and patches it once run."""
+
+    TARGET = "transformers.utils.import_utils"
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.TARGET:
+            return None
+        sys.meta_path.remove(self)  # once; the module is imported once per process
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            run(module)
+            _hide_torch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 def quiet_transformers_advice() -> None:

@@ -1,11 +1,11 @@
 """Where a run's wall time goes: named phases on the main thread, each second counted once.
 
-    phases.begin_run(phases.process_start())      # the command: its process started the clock
+    phases.begin_run(phases.run_start())  # the `jaxeval` command: from its process start; else now
     with phases.phase("tokenize"):
         ...                                        # seconds land in "tokenize"
         with phases.phase("device"):               # nested: "tokenize" pauses meanwhile
             ...
-    phases.timing_block()   -> {"wall_s": 12.1, "phases_s": {"startup": 1.9, ...},
+    phases.current().block() -> {"wall_s": 12.1, "phases_s": {"startup": 1.9, ...},
                                 "compiles": 2, "unaccounted_s": 0.1, "bound": "host", ...}
 
 Phases are exclusive: entering a phase pauses the one around it, so the phase seconds add up to
@@ -59,19 +59,33 @@ PHASES: tuple[str, ...] = (
 
 
 def process_start() -> float:
-    """This process's start as a `time.time()` value (Linux: from /proc; else the import of this
-    module, which the `jaxeval` command reaches within a few milliseconds of starting)."""
+    """This process's start as a `time.time()` value (Linux: from /proc, to 10 ms; else the import
+    of this module, which the `jaxeval` command reaches within a few milliseconds of starting)."""
     try:
         with open("/proc/self/stat", encoding="ascii") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        started_ticks = int(fields[19])  # field 22 of stat(5), counted from after the name
-        with open("/proc/stat", encoding="ascii") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        return boot + started_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat(5): since boot
+        with open("/proc/uptime", encoding="ascii") as f:
+            up = float(f.read().split()[0])  # seconds since boot, on the same clock
+        return time.time() - max(0.0, up - started)
+    except (OSError, ValueError, IndexError):
         return _IMPORTED
 
 
+def mark_command() -> None:
+    """Called by the `jaxeval` command's entry point: a run's clock then starts at the process's
+    start (imports included). A run called in a longer-lived process (a notebook, a test) starts
+    its clock when the run starts."""
+    global _COMMAND
+    _COMMAND = True
+
+
+def run_start() -> float:
+    """Where the clock of a run starting now begins (see `mark_command`)."""
+    return process_start() if _COMMAND else time.time()
+
+
+_COMMAND = False
 _IMPORTED = time.time()
 
 
@@ -120,13 +134,17 @@ class PhaseClock:
     def block(self) -> dict[str, Any]:
         """The `timing` block of a results file, as of now."""
         wall = self.wall()
-        phases = {k: round(v, 3) for k, v in self.seconds.items()}
-        device = self.seconds["device"]
-        host = sum(self.seconds.values()) - device
+        seconds = dict(self.seconds)
+        if self._stack:  # the phase open now (made inside "write"): its seconds so far
+            name, since = self._stack[-1]
+            seconds[name] += time.perf_counter() - since
+        phases = {k: round(v, 3) for k, v in seconds.items()}
+        device = seconds["device"]
+        host = sum(seconds.values()) - device
         return {
             "wall_s": round(wall, 3),
             "phases_s": phases,
-            "unaccounted_s": round(wall - sum(self.seconds.values()), 3),
+            "unaccounted_s": round(wall - sum(seconds.values()), 3),
             "host_s": round(host, 3),
             "device_s": round(device, 3),
             "bound": "device" if device > host else "host",

@@ -9,6 +9,7 @@ import pytest
 
 from jaxeval.cli import main
 from jaxeval.lm.base import MODELS
+from jaxeval.platform.phases import PHASES
 from tests.api import fake_lm
 from tests.helpers.copy_rows import ROWS
 
@@ -90,6 +91,12 @@ def test_run_writes_lm_eval_schema_and_samples(tmp_path, data_root, capsys):
     assert res["versions"]["arc_easy"] == 1.0
     assert res["config"]["limit"] == 10.0 and res["config"]["model"] == "fake"
     assert set(res["config"]["timing"]) == {"tasks_s", "model_s", "evaluate_s"}  # no JaxLM batches
+    timing = res["timing"]  # where the wall time went, phase by phase
+    assert set(timing["phases_s"]) == set(PHASES)
+    assert timing["phases_s"]["write"] > 0 and timing["phases_s"]["data"] > 0
+    claimed = sum(timing["phases_s"].values())
+    assert claimed + timing["unaccounted_s"] == pytest.approx(timing["wall_s"], abs=0.01)
+    assert timing["unaccounted_s"] <= 0.05 * timing["wall_s"], timing
     samples = (folder / results_files[0].name.replace("results_", "samples_arc_easy_")).with_suffix(
         ".jsonl"
     )
