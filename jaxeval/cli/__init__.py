@@ -23,9 +23,11 @@ Bad input prints one paragraph (what, where, what to do) and exits 2; no results
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
+import threading
 
 from jaxeval.cli.base import Subcommand, run_subcommand
 from jaxeval.cli.demo import DemoCommand
@@ -80,4 +82,24 @@ def entry() -> int:
     hide_torch_from_transformers()
     quiet_absent_tpu()
     phases.mark_command()  # a run's timing block counts from this process's start
-    return main()
+    return _leave(main())
+
+
+def _leave(status: int) -> int:
+    """Ends the command's process as soon as its work is done: output flushed and the exit
+    handlers run (`atexit`: loggers, trackers), then `os._exit`, without the interpreter's
+    teardown of every module and buffer, which takes ~0.4 s after a run with JAX loaded and
+    writes nothing. Where a thread that is not a daemon still runs (it would be joined at a
+    normal exit) or the output cannot be flushed, the process exits the usual way."""
+    main_thread = threading.main_thread()
+    if any(t is not main_thread and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        return status
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed or broken stream: Python's own exit reports it
+        return status
+    os._exit(status)

@@ -26,20 +26,14 @@ debug level) and the caller uses NumPy.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from jaxeval.paths import cache_dir, current_umask
+from jaxeval import paths
 
 log = logging.getLogger(__name__)
 
@@ -61,52 +55,16 @@ _SIGNATURES = {
 }
 
 
-def cxx_compiler() -> str | None:
-    """The C++ compiler a build would use: `$CXX`, else c++, g++ or clang++ (None: none found)."""
-    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        found = shutil.which(name) if name else None
-        if found:
-            return found
-    return None
-
-
-def _cpu_model() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor()
-    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features"))]
-    return "\n".join(sorted(set(lines)))
+cxx_compiler = paths.cxx_compiler  # the C++ compiler a build would use (None: none found)
 
 
 def kernel_path(compiler: str) -> Path:
     """Where the kernel built by `compiler` lives (or will)."""
-    version = subprocess.run(
-        [compiler, "--version"], capture_output=True, text=True, timeout=30
-    ).stdout
-    key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), version.encode(), " ".join(FLAGS).encode(),
-                 platform.machine().encode(), _cpu_model().encode()):  # fmt: skip
-        key.update(part)
-        key.update(b"\0")
-    suffix = ".dylib" if platform.system() == "Darwin" else ".so"
-    return cache_dir("kernels") / f"bootstrap-{key.hexdigest()[:16]}{suffix}"
+    return paths.native_path("bootstrap", SOURCE, compiler, FLAGS)
 
 
 def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=target.suffix)
-    os.close(fd)
-    try:
-        cmd = [compiler, *FLAGS, str(SOURCE), "-o", tmp]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if done.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr.strip()[-2000:]}")
-        os.chmod(tmp, 0o777 & ~current_umask())  # ld keeps mkstemp's 0600 (adds x)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    paths.build_native(compiler, FLAGS, SOURCE, target)
 
 
 def _open() -> ctypes.CDLL:

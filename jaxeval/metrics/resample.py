@@ -26,7 +26,9 @@ indices in the kernel and returns every replicate's sums.
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -36,6 +38,9 @@ BOOTSTRAP_CHUNK = 1000
 # Indices per yielded block (2 MiB of int64): big enough for NumPy to run at full speed, small
 # enough that a block and its gathered values stay in cache whatever `iters * n` is.
 BLOCK_ELEMENTS = 1 << 18
+# The kernel's seeds run on up to MAX_THREADS threads once a bootstrap draws PARALLEL_DRAWS.
+MAX_THREADS = 16
+PARALLEL_DRAWS = 1 << 22
 
 
 def chunking(iters: int) -> tuple[int, int]:
@@ -138,8 +143,19 @@ def replicate_row_sums(
     chunk, chunks = chunking(iters)
     columns = [np.ascontiguousarray(c, dtype=np.float64) for c in columns]
     out = [np.empty(chunk * chunks, dtype=np.float64) for _ in columns]
-    for seed in range(chunks):
+
+    def one_seed(seed: int) -> None:  # its own stream and its own rows of `out`
         part = [o[seed * chunk : (seed + 1) * chunk] for o in out]
         stream = bootstrap_kernel.Stream(lib, seed_key(seed))
         stream.row_sums(n, chunk, columns, part, compensated=compensated)
+
+    # Seeds are independent streams: one per thread (ctypes lets go of the GIL during the call),
+    # the same numbers in any order.
+    workers = min(chunks, os.cpu_count() or 1, MAX_THREADS)
+    if workers < 2 or n * chunk * chunks < PARALLEL_DRAWS:
+        for seed in range(chunks):
+            one_seed(seed)
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(one_seed, range(chunks)))
     return out

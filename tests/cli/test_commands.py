@@ -17,8 +17,10 @@ from jaxeval.errors import JaxevalError
 # console script's entry: the heavy modules each one imported
 HELP_PROBE = """
 import json, sys
+import jaxeval.cli
 from jaxeval.cli import SUBCOMMANDS, entry
-heavy = ("jax", "datasets", "torch", "jaxeval.evaluator", "jaxeval.api.task_manager")
+jaxeval.cli._leave = lambda status: status  # one process for every command line
+heavy = ("jax", "datasets", "torch", "transformers", "jaxeval.evaluator", "jaxeval.api.task_manager")
 seen = {}
 for argv in [["--help"], *([name, "--help"] for name in SUBCOMMANDS)]:
     sys.argv = ["jaxeval", *argv]
@@ -38,6 +40,27 @@ def test_help_loads_no_jax_nor_the_task_engine():
     seen = json.loads(out.stderr.strip().splitlines()[-1])
     assert set(seen) == {"--help", *(f"{name} --help" for name in SUBCOMMANDS)}
     assert all(loaded == [] for loaded in seen.values()), seen
+
+
+# The command's process ends with os._exit once its output is flushed and its exit handlers ran.
+EXIT_PROBE = """
+import atexit, sys
+from jaxeval.cli import entry
+atexit.register(lambda: print("exit handler ran"))
+sys.argv = ["jaxeval", *sys.argv[1:]]
+sys.exit(entry())
+"""
+
+
+@pytest.mark.parametrize("argv, status", [(["--help"], 0), (["ls", "--nonsense"], 2)])
+def test_the_command_leaves_with_its_output_and_exit_handlers(argv, status):
+    out = subprocess.run([sys.executable, "-c", EXIT_PROBE, *argv], capture_output=True, text=True)
+    assert out.returncode == status, out.stderr
+    assert out.stdout.rstrip().endswith("exit handler ran")  # after the command's own output
+    if status == 0:
+        assert "jaxeval run" in out.stdout  # the help, block-buffered into a pipe, was flushed
+    else:
+        assert "--nonsense" in out.stderr
 
 
 def test_every_subcommand_is_listed_in_the_help(capsys):

@@ -33,14 +33,9 @@ file.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import importlib.metadata
 import logging
-import os
 import platform
-import shutil
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
@@ -50,7 +45,7 @@ import numpy as np
 
 from jaxeval.errors import JaxevalError
 from jaxeval.ops.attention.mask import Mask, State
-from jaxeval.paths import cache_dir, current_umask
+from jaxeval.paths import build_native, cxx_compiler, native_path
 
 log = logging.getLogger(__name__)
 
@@ -73,56 +68,20 @@ def build_error() -> str | None:
     return _state.get("error")  # type: ignore[return-value]
 
 
-def _cpu_model() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor()
-    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features"))]
-    return "\n".join(sorted(set(lines)))
-
-
-def compiler() -> str | None:
-    """The C++ compiler a build would use: `$CXX`, else c++, g++ or clang++ (None: none found)."""
-    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        found = shutil.which(name) if name else None
-        if found:
-            return found
-    return None
+compiler = cxx_compiler  # the C++ compiler a build would use (None: none found)
 
 
 def library_path(compiler: str) -> Path:
     """Where the kernel built by `compiler` lives (or will)."""
-    version = subprocess.run(
-        [compiler, "--version"], capture_output=True, text=True, timeout=30
-    ).stdout
-    key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), version.encode(), " ".join(_FLAGS).encode(),
-                 importlib.metadata.version("jaxlib").encode(), platform.machine().encode(),
-                 _cpu_model().encode()):  # fmt: skip
-        key.update(part)
-        key.update(b"\0")
-    suffix = ".dylib" if platform.system() == "Darwin" else ".so"
-    return cache_dir("kernels") / f"cpu_attention-{key.hexdigest()[:16]}{suffix}"
+    jaxlib = importlib.metadata.version("jaxlib")
+    return native_path("cpu_attention", SOURCE, compiler, _FLAGS, extra=(jaxlib,))
 
 
 def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=target.suffix)
-    os.close(fd)
-    try:
-        cmd = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
-        if platform.system() == "Darwin":
-            cmd.insert(1, "-undefined")
-            cmd.insert(2, "dynamic_lookup")
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if done.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr.strip()[-2000:]}")
-        os.chmod(tmp, 0o777 & ~current_umask())  # ld keeps mkstemp's 0600 (adds x)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    args = [*_FLAGS, f"-I{jax.ffi.include_dir()}"]
+    if platform.system() == "Darwin":
+        args = ["-undefined", "dynamic_lookup", *args]
+    build_native(compiler, args, SOURCE, target)
 
 
 def _ensure_registered() -> bool:
