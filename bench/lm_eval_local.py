@@ -23,28 +23,15 @@ import os
 import sys
 from typing import Any
 
-_EXTS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 _LOCAL_BUILDERS = {"json", "csv", "parquet", "arrow", "text"}
 
 
 def find_files(data_dir: str, path: str, name: str | None, splits: list[str]) -> dict[str, str]:
-    """{split: file} from the first folder holding any of `splits` (jaxeval's lookup order)."""
-    base = os.path.join(data_dir, path.rstrip("/").split("/")[-1])
-    folders = [os.path.join(base, name)] if name else []
-    folders.append(base)
-    if name:
-        folders.append(os.path.join(data_dir, name))
-    for folder in folders:
-        found = {}
-        for split in splits:
-            for ext in _EXTS:
-                candidate = os.path.join(folder, split + ext)
-                if os.path.isfile(candidate):
-                    found[split] = candidate
-                    break
-        if found:
-            return found
-    return {}
+    """{split: file} from the first folder holding any of `splits` (jaxeval's own lookup)."""
+    from jaxeval.api.data import find_local_files
+
+    found = find_local_files(data_dir, dataset_path=path, dataset_name=name, splits=splits)
+    return found or {}
 
 
 def _task_splits() -> list[str]:
@@ -68,6 +55,8 @@ def patch(data_dir: str) -> None:
     """Makes `datasets.load_dataset(hub_path, name)` read `data_dir` where it holds the files."""
     import datasets
 
+    from jaxeval.api.data import local_format
+
     original = datasets.load_dataset
 
     class LocalDatasetDict(datasets.DatasetDict):
@@ -83,7 +72,7 @@ def patch(data_dir: str) -> None:
         files = find_files(data_dir, path, name, _task_splits()) if local else {}
         if not files:
             return original(path=path, name=name, **kwargs)
-        builder = _EXTS[os.path.splitext(next(iter(files.values())))[1]]
+        builder = local_format(next(iter(files.values())))
         return LocalDatasetDict(original(path=builder, name=None, data_files=files))
 
     datasets.load_dataset = load_dataset
