@@ -13,6 +13,7 @@ For each workload these processes run one after the other on the same machine, s
     hf       lm_eval --model hf --model_args pretrained=M,dtype=float32 --device cpu --batch_size 8
     cold     jaxeval run --model jax --model_args pretrained=M      JAXEVAL_CACHE an empty dir
     warm     the same again, same JAXEVAL_CACHE
+    one_core the warm run again, pinned to one CPU (sched_setaffinity): the host rate of one core
 
 lm-eval runs through `bench/lm_eval_local.py`, which reads the hub datasets from `--data_dir`
 (no YAML edits). Both tools share one `datasets` cache (HF_DATASETS_CACHE under the temp dir),
@@ -26,7 +27,8 @@ Workloads (a, b, c, d or by name): arc_lambada (arc_easy 2,376 + lambada_openai 
 `--gen_kwargs max_gen_toks=32`), hellaswag (500 docs). Printed: wall seconds and ratios, whether
 jaxeval's metrics and stderrs equal lm-eval HF's (max |difference|), and the warm run's phase
 table from its results' `timing` block with host seconds per million scored tokens,
-(wall - device - compile) / scored_tokens x 1e6, beside a TPU device figure for comparison.
+(wall - device - compile) / scored_tokens x 1e6, for the warm run and the one-core run, beside a
+TPU device figure for comparison.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ CACHE_OVERRIDES = (
     "JAXEVAL_INDEX_CACHE",
     "JAX_COMPILATION_CACHE_DIR",
 )
-RUNS = ("dummy", "hf", "cold", "warm")
+RUNS = ("dummy", "hf", "cold", "warm", "one_core")
+JAXEVAL_RUNS = ("cold", "warm", "one_core")
 WRAPPER = str(pathlib.Path(__file__).resolve().parent / "lm_eval_local.py")
 
 
@@ -97,6 +100,7 @@ def commands(model: str, common: list[str]) -> dict[str, list[str]]:
         "hf": [py, WRAPPER, "run", "--model", "hf", *hf_args, "--batch_size", "8", *common],
         "cold": jax_cmd,
         "warm": jax_cmd,
+        "one_core": jax_cmd,
     }
 
 
@@ -104,11 +108,24 @@ def count_files(folder: pathlib.Path) -> int:
     return sum(len(files) for _, _, files in os.walk(folder))
 
 
-def run_one(cmd: list[str], env: dict, log: pathlib.Path) -> tuple[float, int]:
-    """(wall seconds, exit status); stdout and stderr go to `log`."""
+def one_core() -> None:
+    """Pins the process (and its threads) to the first CPU it may use."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def run_one(
+    cmd: list[str], env: dict, log: pathlib.Path, *, pinned: bool = False
+) -> tuple[float, int]:
+    """(wall seconds, exit status); stdout and stderr go to `log`; `pinned`: on one core."""
     start = time.perf_counter()
     with open(log, "w") as f:
-        proc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            cmd,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            preexec_fn=one_core if pinned else None,
+        )
     return time.perf_counter() - start, proc.returncode
 
 
@@ -156,9 +173,10 @@ def run_workload(name: str, args, root: pathlib.Path, model: str, base_env: dict
         if who == "hf" and args.skip_hf:
             continue
         out, log = root / f"{name}_{who}", root / f"{name}_{who}.log"
-        env = dict(base_env, JAXEVAL_CACHE=str(jax_cache)) if who in ("cold", "warm") else base_env
+        env = dict(base_env, JAXEVAL_CACHE=str(jax_cache)) if who in JAXEVAL_RUNS else base_env
         before = count_files(hf_cache)
-        wall, rc = run_one([*cmds[who], "--output_path", str(out)], env, log)
+        pinned = who == "one_core"
+        wall, rc = run_one([*cmds[who], "--output_path", str(out)], env, log, pinned=pinned)
         new_files = count_files(hf_cache) - before
         if rc:
             print(f"  {name} {who}: exit {rc} after {wall:.1f} s:\n{tail(log)}", flush=True)
@@ -170,7 +188,7 @@ def run_workload(name: str, args, root: pathlib.Path, model: str, base_env: dict
         print(f"  {name} {who}: {wall:.1f} s{note}", flush=True)
         if new_files:
             row[f"{who}_datasets_cache_files"] = new_files
-    for who in ("cold", "warm"):
+    for who in JAXEVAL_RUNS:
         if who in results:
             row[f"{who}_timing"] = timing_block(results[who])
     for num, den in (("dummy", "warm"), ("hf", "warm"), ("dummy", "cold")):
@@ -182,6 +200,9 @@ def run_workload(name: str, args, root: pathlib.Path, model: str, base_env: dict
         row["cold_vs_warm"] = metric_diff(results["cold"], results["warm"])
     if "warm" in row:
         row["host_s_per_mtok"] = host_s_per_mtok(row["warm"], row.get("warm_timing", {}))
+    if "one_core" in row:
+        timing = row.get("one_core_timing", {})
+        row["host_s_per_mtok_one_core"] = host_s_per_mtok(row["one_core"], timing)
     return row
 
 
@@ -202,9 +223,9 @@ def metrics_cell(diff: dict | None) -> str:
 
 
 def print_report(rows: list[dict], tpu: float, tpu_source: str) -> None:
-    print("\n| workload | dummy s | hf s | jaxeval cold s | jaxeval warm s | dummy/warm | hf/warm | "
-          "dummy/cold | metrics: jaxeval warm vs lm-eval hf |")  # fmt: skip
-    print("|" + "---|" * 9)
+    print("\n| workload | dummy s | hf s | jaxeval cold s | jaxeval warm s | jaxeval warm, one core s "
+          "| dummy/warm | hf/warm | dummy/cold | metrics: jaxeval warm vs lm-eval hf |")  # fmt: skip
+    print("|" + "---|" * 10)
     for r in rows:
         cells = [fmt(r.get(k)) for k in RUNS]
         cells += [fmt(r.get(k), ".2f", "x") for k in ("dummy/warm", "hf/warm", "dummy/cold")]
@@ -221,15 +242,20 @@ def print_report(rows: list[dict], tpu: float, tpu_source: str) -> None:
     phases = list(dict.fromkeys(p for r in timed for p in r["warm_timing"]["phases_s"]))
     print("\njaxeval warm, phases (s) from its results' `timing` block:\n")
     print("| workload | wall s (own) | " + " | ".join(phases) + " | unaccounted | compiles | "
-          "scored tokens | generated tokens | host s / M scored tokens | TPU device s / M |")  # fmt: skip
-    print("|" + "---|" * (len(phases) + 8))
+          "scored tokens | generated tokens | host s / M scored tokens | the same, one core "
+          "| TPU device s / M |")  # fmt: skip
+    print("|" + "---|" * (len(phases) + 9))
     for r in timed:
         t = r["warm_timing"]
         cells = [fmt(t.get("wall_s"), ".2f")]
         cells += [fmt(t["phases_s"].get(p), ".2f") for p in phases]
         cells += [fmt(t.get("unaccounted_s"), ".2f"), str(t.get("compiles", "-"))]
         cells += [f"{t.get('scored_tokens', 0):,}", f"{t.get('generated_tokens', 0):,}"]
-        cells += [fmt(r.get("host_s_per_mtok"), ".1f"), f"{tpu:.2f}"]
+        cells += [
+            fmt(r.get("host_s_per_mtok"), ".1f"),
+            fmt(r.get("host_s_per_mtok_one_core"), ".1f"),
+        ]
+        cells += [f"{tpu:.2f}"]
         print(f"| {r['workload']} | " + " | ".join(cells) + " |")
     print(f"\nTPU device s / M scored tokens: {tpu:.2f} ({tpu_source}).")
     print(

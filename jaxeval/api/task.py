@@ -45,6 +45,7 @@ class Task:
         self.metric_table: scoring.MetricTable = scoring.resolve_metrics(config)
         self.filters = scoring.resolve_filters(config)
         self.instances: list[Instance] = []
+        self._rendered: dict[tuple[str, int], tuple[dict, str]] = {}  # see `_render`
         self.dataset = self._download()
         self._split_cache: dict[str, list[dict]] = {}
         self.eval_docs = self._eval_docs()
@@ -135,7 +136,18 @@ class Task:
 
     # ------------------------------------------------------------------ doc_to_*
     def _render(self, spec: Any, doc: dict, field: str, doc_index: int | None) -> str:
-        return render(spec, doc, task=self.name, field=field, doc_index=doc_index)
+        """The template rendered on the document; an evaluation document's rendering is kept
+        (building requests, the few-shot context and scoring each ask for its choices and
+        target), found again only for the same template and the very same document object."""
+        if doc_index is None:
+            return render(spec, doc, task=self.name, field=field, doc_index=doc_index)
+        key = (spec, doc_index)
+        kept = self._rendered.get(key)
+        if kept is not None and kept[0] is doc:
+            return kept[1]
+        text = render(spec, doc, task=self.name, field=field, doc_index=doc_index)
+        self._rendered[key] = (doc, text)
+        return text
 
     def doc_to_text(self, doc: dict, spec: Any = None, *, doc_index: int | None = None) -> Any:
         return self._doc_field("doc_to_text", doc, spec, doc_index)
