@@ -76,3 +76,17 @@ def test_generation_reads_the_metric_table():
         ),
     )
     assert score(plain, {}, ["paris"], None) == {"exact_match": 0.0}
+
+
+def test_a_rendering_is_kept_only_for_the_same_document():
+    config = dataclasses.replace(
+        multiple_choice_config(), doc_to_choice="{{choices}}", doc_to_target="{{label}}"
+    )
+    task = Task(config)
+    doc = task.eval_docs[0]
+    assert task.doc_to_choice(doc, doc_index=0) == doc["choices"]
+    assert task.doc_to_choice(doc, doc_index=0) == doc["choices"]  # served from the kept text
+    other = {**doc, "choices": ["elsewhere", "nowhere"], "label": 0}  # same index, another object
+    assert task.doc_to_choice(other, doc_index=0) == ["elsewhere", "nowhere"]
+    assert task.doc_to_target(doc, doc_index=0) == 1 and task.doc_to_target(other, doc_index=0) == 0
+    assert task.doc_to_choice(other) == ["elsewhere", "nowhere"]  # a few-shot document: no index
