@@ -412,9 +412,15 @@ def test_only_the_compile_boundary_lowers_and_compiles():
 
 
 # namedtuple's own API (underscored so as not to clash with field names), and what other
-# packages leave private that we must call: transformers' availability probe and decoder
+# packages leave private that we must call: transformers' availability probe and decoder, the
+# standard library's documented `os._exit` and the exit handlers the command runs before it
 PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_make", "_fields"}
-THIRD_PARTY_PRIVATE = {"import_utils._is_package_available", "TokenizersBackend._decode"}
+THIRD_PARTY_PRIVATE = {
+    "import_utils._is_package_available",
+    "TokenizersBackend._decode",
+    "os._exit",
+    "atexit._run_exitfuncs",
+}
 
 
 def private_calls(source: str) -> list[str]:

