@@ -188,6 +188,7 @@ class ContinuousEngine:
         )
         self.param_shardings = jax.tree.map(lambda x: x.sharding, target.params)
         self.stop_shardings = StopTable(self.replicated, self.replicated)
+        self._jobs: dict[tuple, Job] = {}  # built once per key: a run admits hundreds of times
 
     def _compile(self, job: Job) -> Callable:
         """The executable for `job.key`: compiled before, compiled ahead (waited for), or now."""
@@ -225,6 +226,8 @@ class ContinuousEngine:
         engine rows, after a prefix cache of `prefix_width` slots (0: no prefix)."""
         key = ("admit", self.rows, self.slots, self.n_new, self.sample)
         key += (admitted, rows, prefix_width, width)
+        if key in self._jobs:
+            return self._jobs[key]
         spec, runtime, sample = self.target.spec, self.target.runtime, self.sample
 
         def kernel(pa, st, s, pf, b, sd):
@@ -236,11 +239,14 @@ class ContinuousEngine:
         )
         batch = abstract_admission(admitted, rows, width, self.replicated)
         seed = jax.ShapeDtypeStruct((), np.int32, sharding=self.replicated)
-        return self._state_job(key, kernel, prefix, batch, seed)
+        self._jobs[key] = self._state_job(key, kernel, prefix, batch, seed)
+        return self._jobs[key]
 
     def decode_job(self, steps_per_iteration: int = 1) -> Job:
         """`decode_chunk`; `steps_per_iteration` > 1 only for counting one step's cost."""
         key = ("decode", self.rows, self.slots, self.n_new, self.sample, steps_per_iteration)
+        if key in self._jobs:
+            return self._jobs[key]
         spec, runtime, sample = self.target.spec, self.target.runtime, self.sample
 
         def kernel(pa, st, s, sd, w):
@@ -250,7 +256,8 @@ class ContinuousEngine:
             )  # fmt: skip
 
         scalar = jax.ShapeDtypeStruct((), np.int32, sharding=self.replicated)
-        return self._state_job(key, kernel, scalar, scalar)
+        self._jobs[key] = self._state_job(key, kernel, scalar, scalar)
+        return self._jobs[key]
 
     def shrink_job(self, small: ContinuousEngine) -> Job:
         """The move of this engine's state into `small`'s rows (`select_rows`)."""
