@@ -170,7 +170,10 @@ class JaxLMConfig:
         """The generation settings in force: `generation` with its batch size resolved
         (`generation_batch_size`)."""
         base = self.generation or GenConfig()
-        return dataclasses.replace(base, batch_size=self.generation_batch_size)
+        given = base.batch_size is not None
+        return dataclasses.replace(
+            base, batch_size=self.generation_batch_size, fit_rows=base.fit_rows and not given
+        )
 
     @property
     def generation_batch_size(self) -> int:

@@ -41,6 +41,9 @@ class GenConfig:
     admission           "longest" (expected output, then prompt) or "request" order
     tail                the queue's tail decodes in smaller engines (`gen_engine.tail_rows`)
     shrink_last_batch   the static plan cuts each shape's last batch to the rows it has
+    fit_rows            the continuous engine's rows halve until its cache fits the memory left
+                        (`sizing.engine_rows`); False: `batch_size` was asked for explicitly
+                        (`gen_batch_size`): checked against the memory, never cut
     """
 
     batch_size: int | None = None
@@ -52,6 +55,7 @@ class GenConfig:
     admission: str = "longest"
     tail: bool = True
     shrink_last_batch: bool = True
+    fit_rows: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_size is not None and int(self.batch_size) < 1:

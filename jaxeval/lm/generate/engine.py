@@ -68,14 +68,13 @@ from jaxeval.lm.generate.plan import (
     set_row,
 )
 from jaxeval.lm.generate.prefixes import PrefixGroup, shared_prefixes
+from jaxeval.lm.generate.sizing import ADMIT_TOKENS, engine_rows, free_bytes_per_device
 from jaxeval.lm.generate.stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
 from jaxeval.models.runtime import Runtime
 from jaxeval.platform import distributed
 from jaxeval.platform.distributed import fingerprint
 from jaxeval.platform.mesh import batch_sharding, put_global, replicated, to_host
 from jaxeval.shapes import pow2_at_least
-
-ADMIT_TOKENS = 2048  # padded suffix tokens one `admit` call prefills at most (or one prompt)
 
 
 def _dtype(x: Any) -> Any:
@@ -439,6 +438,15 @@ def run_continuous(
     )
     rows, slots, n_new, sample = engine_shape(prompts, groups, config.batch_size, gen.shards)
     target = gen.engine_target
+    fit = engine_rows(
+        target.spec,
+        free_bytes=free_bytes_per_device(target.mesh),
+        shards=gen.shards,
+        slots=slots,
+        wanted=rows,
+        explicit=not config.fit_rows,
+    )
+    rows = distributed.agree_min(fit.rows)
     engine = ContinuousEngine(target, rows=rows, slots=slots, n_new=n_new, sample=sample)
     shards = gen.shards
     tails: dict[int, ContinuousEngine] = {}  # the smaller engines the tail may move into

@@ -41,16 +41,37 @@ def auto_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int
 
 
 def _local_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int) -> int:
+    free = device_free_bytes(mesh)
+    shards = 1 if free is None else batch_shards(mesh)
+    return token_budget_for(spec, free, shards, max_length, max_batch_size)
+
+
+def device_free_bytes(mesh: Any) -> int | None:
+    """The first device's free memory (`memory_stats`: limit - in use), None on the CPU."""
     device = local_device(mesh) if mesh is not None else jax.local_devices()[0]
-    stats = None
     try:
         stats = device.memory_stats()
     except Exception:  # CPU backends raise or return None
         stats = None
     if not stats or "bytes_limit" not in stats:
-        return token_budget_for(spec, None, 1, max_length, max_batch_size)
-    free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
-    return token_budget_for(spec, free, batch_shards(mesh), max_length, max_batch_size)
+        return None
+    return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+
+
+def host_free_bytes() -> int:
+    """The host's available memory (8 GiB where the system does not say)."""
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def activation_bytes_per_token(spec: Any, max_length: int) -> int:
+    """Bytes one token's layer body keeps at once (`auto_token_budget`'s estimate)."""
+    d = getattr(spec, "hidden_size", 4096)
+    f = getattr(spec, "intermediate_size", 4 * d)
+    h = getattr(spec, "num_heads", 32)
+    return 2 * 4 * (12 * d + 3 * f + h * min(max_length, _ATTENTION_KEYS))
 
 
 def token_budget_for(
@@ -59,16 +80,9 @@ def token_budget_for(
     """`auto_token_budget`'s rule for one device with `free_bytes` free (None: the CPU, whose rule
     reads the host's available memory) and `shards` batch shards."""
     cap = max(max_length, max_batch_size * max_length)
-    d = getattr(spec, "hidden_size", 4096)
-    f = getattr(spec, "intermediate_size", 4 * d)
-    h = getattr(spec, "num_heads", 32)
-    per_token = 2 * 4 * (12 * d + 3 * f + h * min(max_length, _ATTENTION_KEYS))
+    per_token = activation_bytes_per_token(spec, max_length)
     if free_bytes is None:
-        try:
-            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            free = 8 << 30
-        budget = min(DEFAULT_CPU_TOKEN_BUDGET, int(0.25 * free / per_token))
+        budget = min(DEFAULT_CPU_TOKEN_BUDGET, int(0.25 * host_free_bytes() / per_token))
     else:
         budget = min(_MAX_AUTO_BUDGET, int(0.5 * free_bytes / per_token) * shards)
     budget = pow2_at_most(budget)
