@@ -10,7 +10,8 @@ Per device, an engine of R rows (split over the S batch shards) x C slots holds:
     cache        R / S rows of `spec.init_cache(1, C)` (keys, values, slot flags, positions)
     per row      the decode step's float32 logits twice [V] and one row's attention scores [H, C]
     admission    one `admit` call: ADMIT_TOKENS padded tokens (or one prompt of C) times
-                 the scoring budget's per-token activations (`budget.activation_bytes_per_token`)
+                 the scoring budget's per-token activations (`budget.activation_bytes_per_token`,
+                 a float32 estimate, scaled to the compute dtype)
 
 `wanted` rows (the batch size asked for, or the default) halve while that exceeds ENGINE_SHARE of
 the free memory, never below S. A `gen_batch_size` given explicitly is kept when the cache and its
@@ -85,7 +86,8 @@ def engine_fit(
     local = -(-int(rows) // max(1, int(shards)))
     per_row = cache_row_bytes(spec, slots)
     step = 2 * 4 * int(spec.vocab_size) + 4 * int(spec.num_heads) * int(slots)
-    admission = max(ADMIT_TOKENS, int(slots)) * activation_bytes_per_token(spec, slots)
+    scale = np.dtype(spec.compute_dtype).itemsize / 4  # the estimate is in float32
+    admission = int(max(ADMIT_TOKENS, int(slots)) * activation_bytes_per_token(spec, slots) * scale)
     return EngineFit(
         rows=int(rows),
         slots=int(slots),
