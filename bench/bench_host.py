@@ -140,12 +140,19 @@ def timing_block(results: dict) -> dict:
     return block if isinstance(block, dict) and "phases_s" in block else {}
 
 
+def host_seconds(wall: float | None, timing: dict) -> float | None:
+    """A process's wall time less its device and compile phases (the model's own time taken out)."""
+    if wall is None or not timing:
+        return None
+    phases = timing.get("phases_s", {})
+    return wall - phases.get("device", 0.0) - phases.get("compile", 0.0)
+
+
 def host_s_per_mtok(wall: float, timing: dict) -> float | None:
     """(wall - device - compile) / scored_tokens x 1e6, or None without the figures."""
-    phases, tokens = timing.get("phases_s", {}), timing.get("scored_tokens") or 0
-    if not tokens:
-        return None
-    return (wall - phases.get("device", 0.0) - phases.get("compile", 0.0)) / tokens * 1e6
+    tokens = timing.get("scored_tokens") or 0
+    host = host_seconds(wall, timing)
+    return None if not tokens or host is None else host / tokens * 1e6
 
 
 def run_workload(name: str, args, root: pathlib.Path, model: str, base_env: dict) -> dict:
@@ -242,15 +249,18 @@ def print_report(rows: list[dict], tpu: float, tpu_source: str) -> None:
     phases = list(dict.fromkeys(p for r in timed for p in r["warm_timing"]["phases_s"]))
     print("\njaxeval warm, phases (s) from its results' `timing` block:\n")
     print("| workload | wall s (own) | " + " | ".join(phases) + " | unaccounted | compiles | "
-          "scored tokens | generated tokens | host s / M scored tokens | the same, one core "
-          "| TPU device s / M |")  # fmt: skip
-    print("|" + "---|" * (len(phases) + 9))
+          "scored tokens | generated tokens | host s | dummy / host s | host s / M scored tokens "
+          "| the same, one core | TPU device s / M |")  # fmt: skip
+    print("|" + "---|" * (len(phases) + 11))
     for r in timed:
         t = r["warm_timing"]
         cells = [fmt(t.get("wall_s"), ".2f")]
         cells += [fmt(t["phases_s"].get(p), ".2f") for p in phases]
         cells += [fmt(t.get("unaccounted_s"), ".2f"), str(t.get("compiles", "-"))]
         cells += [f"{t.get('scored_tokens', 0):,}", f"{t.get('generated_tokens', 0):,}"]
+        host = host_seconds(r.get("warm"), t)
+        ratio = r["dummy"] / host if host and r.get("dummy") else None
+        cells += [fmt(host, ".2f"), fmt(ratio, ".2f", "x")]
         cells += [
             fmt(r.get("host_s_per_mtok"), ".1f"),
             fmt(r.get("host_s_per_mtok_one_core"), ".1f"),
@@ -259,7 +269,8 @@ def print_report(rows: list[dict], tpu: float, tpu_source: str) -> None:
         print(f"| {r['workload']} | " + " | ".join(cells) + " |")
     print(f"\nTPU device s / M scored tokens: {tpu:.2f} ({tpu_source}).")
     print(
-        "Host s / M = (process wall - device - compile) / scored tokens x 1e6, warm run "
+        "Host s = process wall - device - compile (the model's own time taken out: what the "
+        "bare harness does); host s / M = host s / scored tokens x 1e6, warm run "
         "('-': no scored tokens, e.g. generation only)."
     )
 
