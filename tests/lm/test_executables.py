@@ -85,7 +85,8 @@ def test_scoring_stats_come_from_the_scorers_executables(loaded, workload):
 
 def test_one_generator_per_adapter_with_its_own_counts(loaded):
     lm = JaxLM(pretrained=loaded, max_length=64, gen_batch_size=2, seed=7, gen_min_prefix=0)
-    assert lm.gen_config == GenConfig(batch_size=2, seed=7, min_prefix=0)
+    # gen_batch_size given: checked against the memory, never cut (`sizing.engine_rows`)
+    assert lm.gen_config == GenConfig(batch_size=2, seed=7, min_prefix=0, fit_rows=False)
     requests = our_instances("generate_until", [("Hello", {"max_gen_toks": 4})] * 2)
     first = lm.generate_until(requests, disable_tqdm=True)
     gen = lm.generator
