@@ -252,6 +252,16 @@ def put_global(tree: Any, shardings: Any) -> Any:
     return jax.tree.map(put, tree, shardings)
 
 
+def call_args(tree: Any, shardings: Any) -> Any:
+    """Host arrays (the same on every process) as arguments of a compiled call whose inputs have
+    `shardings`. One process: the host arrays themselves, which the call places on its own input
+    shardings in one step (a 13-array admission batch: ~0.1 ms, against ~0.5 ms through
+    `jax.device_put` first); several: `put_global`."""
+    if jax.process_count() == 1:
+        return tree
+    return put_global(tree, shardings)
+
+
 def place_params(params: Any, mesh: Mesh) -> Any:
     """Keeps arrays already sharded on `mesh`; replicates anything else (host arrays, other devices).
 

@@ -73,7 +73,7 @@ from jaxeval.lm.generate.stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
 from jaxeval.models.runtime import Runtime
 from jaxeval.platform import distributed
 from jaxeval.platform.distributed import fingerprint
-from jaxeval.platform.mesh import batch_sharding, put_global, replicated, to_host
+from jaxeval.platform.mesh import batch_sharding, call_args, put_global, replicated, to_host
 from jaxeval.shapes import pow2_at_least
 
 
@@ -326,10 +326,10 @@ class ContinuousEngine:
         u, p = batch.tokens.shape
         r = batch.dst.shape[0]
         job = self.admit_job(u, r, prefix.valid.shape[1], p)
-        return self._state_call(job, state, prefix, put_global(batch, self.replicated), seed)
+        return self._state_call(job, state, prefix, call_args(batch, self.replicated), seed)
 
     def decode(self, state: EngineState, seed: Any, want: int) -> EngineState:
-        want = put_global(np.int32(want), self.replicated)
+        want = call_args(np.int32(want), self.replicated)
         return self._state_call(self.decode_job(), state, seed, want)
 
     def shrink(self, state: EngineState, small: ContinuousEngine, keep: np.ndarray) -> EngineState:
