@@ -7,6 +7,7 @@ small cache so that the whole file compiles in a few minutes on two cores.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import re
@@ -16,10 +17,11 @@ import pytest
 from jaxeval.errors import JaxevalError
 from jaxeval.models.families import spec_from_config
 from jaxeval.plan.compiled import plan_topology
-from jaxeval.plan.costs import first_layers, hlo_facts, layer_period
+from jaxeval.plan.costs import Compiled, estimated_cycles, first_layers, hlo_facts, layer_period
 from jaxeval.plan.jobs import attention_flops
 from jaxeval.plan.memory import read_config
-from jaxeval.plan.topology import TOPOLOGIES, get_topology, topology_devices
+from jaxeval.plan.report import TopologyPlan, fix_for
+from jaxeval.plan.topology import GIB, TOPOLOGIES, get_topology, topology_devices
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LLAMA_8B = REPO / "configs" / "models" / "llama-3-8b"
@@ -39,7 +41,9 @@ def _check(plan, n_executables: int) -> None:
     assert len(plan.executables) == n_executables
     for e in plan.executables:
         assert e.error is None, (e.name, e.error)
-        assert 0 < e.hbm_bytes <= chip.hbm_bytes, (e.name, e.hbm_bytes)
+        assert 0 < e.hbm_bytes <= chip.allowed_hbm_bytes, (e.name, e.hbm_bytes)
+        summary = e.summary(plan.topology)
+        assert summary["estimate_s"] > 0 and 0 < summary["mfu_estimate"] < 1, e.name
         assert e.flops > 0 and e.bytes_accessed > 0, e.name
         assert e.cpu_custom_calls == 0 and e.host_transfers == 0, e.name
         assert e.pallas_kernels > 0, (e.name, "no Pallas TPU kernel in the HLO")
@@ -174,14 +178,15 @@ def test_cli_stops_when_the_parameters_alone_do_not_fit(capsys):
     out, err = capsys.readouterr()
     assert code == 1
     assert "29.92 GiB per chip (**over**: nothing compiled)" in out
-    assert "the parameters alone take 29.92 GiB per chip" in err
-    assert "fix: a larger slice" in err and "compiling" not in err
+    assert "the parameters alone take 29.92 GiB per chip, the compiler allows 15.75 GiB" in err
+    assert "fix: more chips" in err and "compiling" not in err
 
 
 def test_cli_reports_executables_that_do_not_fit(smollm2, capsys):
     """SmolLM2 with 1,024 rows x 8,192 slots of cache on a v5e-4 (45 GiB of cache per chip): the
-    scoring executables compile and fit, prefill and decode fail with the compiler's words; exit 1
-    with the fix. Without layer costs the rates are not printed (a scanned layer counted once)."""
+    scoring executables compile and fit; the engine is refused before compiling by the run's rule
+    (`lm.generate.sizing`), with what it needs; exit 1 with the fix. Without layer costs the rates
+    are not printed (a scanned layer counted once)."""
     from jaxeval.cli import main
 
     code = main(
@@ -193,9 +198,10 @@ def test_cli_reports_executables_that_do_not_fit(smollm2, capsys):
     assert code == 1
     rows = [line for line in out.splitlines() if line.startswith("| score T=128")]
     assert len(rows) == 2 and all("(one layer) | - | - | - | - |" in r for r in rows)
-    assert "| decode step 1024 rows x 8192 slots | **does not compile**: RESOURCE_EXHAUSTED" in out
-    assert "decode step 1024 rows x 8192 slots: does not compile" in err
-    assert "fix: a larger slice" in err
+    assert "| generation engine of 8,192 slots | **does not compile**: RESOURCE_EXHAUSTED" in out
+    decode = next(line for line in err.splitlines() if line.startswith("generation engine"))
+    assert "out of HBM: RESOURCE_EXHAUSTED" in decode and "gen_batch_size=1024 needs" in decode
+    assert "fix: fewer generation rows (--gen_batch_size)" in decode
 
 
 def test_without_libtpu_the_error_says_how_to_get_it(monkeypatch):
@@ -230,3 +236,156 @@ def test_a_decode_step_reads_its_weight_shard_and_cache_once(tmp_path):
     cache = rows * slots * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2 * 2 / 8
     assert 0 < step <= 2 * (weights + cache), (step, weights, cache)
     assert flops > 0 and once >= 0
+
+
+HLO_WITH_A_LOOP = """HloModule m, entry_computation_layout={(f32[])->f32[]}
+
+%fused (p: f32[]) -> f32[] {
+  %x = f32[] add(%p, %p), backend_config={"estimated_cycles":"999"}
+}
+
+%body (p: (s32[], f32[])) -> (s32[], f32[]) {
+  %g = f32[] fusion(%a), calls=%fused, backend_config={"window_config":{"estimated_cycles":"7"}}
+}
+
+%cond (p: (s32[], f32[])) -> pred[] {
+  %i = s32[]{:T(128)} get-tuple-element(%p), index=0
+  %n = s32[]{:T(128)} constant(30)
+  ROOT %lt = pred[]{:T(512)} compare(%i, %n), direction=LT
+}
+
+%b1 (p: f32[]) -> f32[] {
+  %h = f32[] fusion(%a), calls=%fused, backend_config={"estimated_cycles":"5"}
+}
+
+%b2 (p: f32[]) -> f32[] {
+  %h = f32[] fusion(%a), calls=%fused, backend_config={"estimated_cycles":"9"}
+}
+
+ENTRY %main (a: f32[]) -> f32[] {
+  %f = f32[] fusion(%a), calls=%fused, backend_config={"estimated_cycles":"100"}
+  %w = (s32[], f32[]) while(%t), condition=%cond, body=%body
+  %k = (s32[], f32[]) while(%t), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"2"}}
+  %c = f32[] conditional(%i, %a, %a), branch_computations={%b1, %b2}
+}
+"""
+
+
+def test_estimated_cycles_count_loops_by_their_trip_counts():
+    """100 in the entry; a loop of 30 (its condition's bound) and one of 2 (known) over a body of
+    7; the dearer branch, 9; a fusion's own computation not again: 100 + 210 + 14 + 9."""
+    assert estimated_cycles(HLO_WITH_A_LOOP) == 333
+    assert (
+        estimated_cycles(HLO_WITH_A_LOOP.replace("direction=LT", "direction=NE"))
+        == 100 + 7 + 14 + 9
+    )
+
+
+def _plan_of(*executables: Compiled, topology: str = "v5e-8", param_bytes: int = GIB):
+    return TopologyPlan(
+        topology=get_topology(topology), model_type="llama", dtype="bfloat16", attention="tpu",
+        mesh={"fsdp": 8}, parameters=1, param_bytes=param_bytes, token_budget=65536,
+        executables=executables, compiler="libtpu 0, jax 0",
+    )  # fmt: skip
+
+
+def test_fits_against_the_memory_the_compiler_allows():
+    """15.9 GiB on a v5e: under the chip's 16 GiB, over the 15.75 GiB libtpu allows a program."""
+    chip = get_topology("v5e-8").chip
+    assert chip.allowed_hbm_bytes == int(15.75 * GIB) < chip.hbm_bytes == 16 * GIB
+    over = Compiled(
+        name="score", kind="score", tokens=1, useful_flops=1.0, temp_bytes=int(15.9 * GIB)
+    )
+    under = dataclasses.replace(over, temp_bytes=int(15.7 * GIB))
+    s = over.summary(get_topology("v5e-8"))
+    assert not s["fits"] and s["failure"] == "hbm"
+    assert s["allowed_hbm_bytes"] == chip.allowed_hbm_bytes and s["nominal_hbm_bytes"] == 16 * GIB
+    assert under.fits(get_topology("v5e-8")) and not _plan_of(over).ok and _plan_of(under).ok
+    assert "15.90 **over**" in _plan_of(over).table()
+
+
+def test_each_failure_gets_its_own_fix():
+    """Parameters out of HBM: more chips or a smaller dtype; a scoring bucket: --token_budget; a
+    generation executable: --gen_batch_size / --gen_slots; a compiler error: its words and the
+    backend settings; a program over the allowed HBM without an error: the same as out of HBM."""
+    oom = "RESOURCE_EXHAUSTED: Ran out of memory on HBM ... exceeds available HBM (15.75G)."
+    score = Compiled(name="score T=128", kind="score", tokens=1, useful_flops=1.0, error=oom)
+    decode = dataclasses.replace(score, name="decode step", kind="decode")
+    broken = dataclasses.replace(score, name="prefill", kind="prefill", error="INTERNAL: Mosaic")
+    big = Compiled(name="admit", kind="prefill", tokens=1, useful_flops=1.0, temp_bytes=17 * GIB)
+    advice = _plan_of(score, decode, broken, big, param_bytes=20 * GIB).advice().splitlines()
+    assert advice[0].startswith("the parameters alone take 20.00 GiB per chip")
+    assert "fix: more chips" in advice[0] and "dtype=bfloat16" in advice[0]
+    assert "out of HBM" in advice[1] and "--token_budget, now 65,536" in advice[1]
+    assert "fix: fewer generation rows (--gen_batch_size)" in advice[2]
+    assert "does not compile: INTERNAL: Mosaic" in advice[3] and "--attention xla" in advice[3]
+    assert "needs 17.00 GiB per chip" in advice[4] and "--gen_slots" in advice[4]
+    assert (
+        fix_for("hbm", "score", budget=8)
+        == "a smaller token budget per scoring batch (--token_budget, now 8)"
+    )
+    rows = _plan_of(score).to_json()["executables"]
+    assert rows[0]["failure"] == "hbm" and "--token_budget" in rows[0]["fix"]
+
+
+def test_a_scoring_budget_that_cannot_fit_is_out_of_hbm(smollm2):
+    """SmolLM2 with 2^25 tokens per scoring batch of rows of 128 on a v5e-8: the compiler runs out
+    of HBM; the fix names --token_budget."""
+    plan = plan_topology(
+        read_config(str(smollm2)),
+        "v5e-8",
+        lengths=[128],
+        token_budget=1 << 25,
+        generation=False,
+        count_layers=False,
+        keep=_most_points_and_decode,
+    )
+    (e,) = plan.executables
+    assert not plan.ok and e.failure(plan.topology) == "hbm", e
+    assert "--token_budget, now 33,554,432" in plan.advice()
+
+
+def test_a_failed_counting_compile_is_shown_with_its_reason(smollm2, monkeypatch):
+    """When the layer-counting compiles fail the executable still compiles; the table and the JSON
+    say why its FLOPs are the compiler's (a scanned layer once)."""
+    from jaxeval.plan import compiled
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("INTERNAL: no counting today")
+
+    monkeypatch.setattr(compiled, "layer_costs", fail)
+    plan = plan_topology(
+        read_config(str(smollm2)),
+        "v5e-8",
+        lengths=[128],
+        token_budget=8192,
+        generation=False,
+        keep=lambda job: job.name.startswith("score T=128 K=128"),
+    )
+    (e,) = plan.executables
+    assert e.error is None and not e.layers_counted
+    assert e.count_error == "RuntimeError: INTERNAL: no counting today"
+    assert "(one layer; counting failed: RuntimeError: INTERNAL: no counting today)" in plan.table()
+    assert plan.to_json()["executables"][0]["count_error"] == e.count_error
+    assert e.cycles > 0  # the estimate needs no counting compiles
+
+
+def test_a_second_plan_reads_the_compilers_figures_back(smollm2, tmp_path):
+    """The plan's cache (`FigureCache`): the same program on the same slice is not compiled again,
+    its figures are the first plan's; another slice's devices are another key."""
+    from jaxeval.plan.figures import FigureCache
+
+    cache = FigureCache(tmp_path / "plan", "libtpu test")
+
+    def plan(topology: str):
+        return plan_topology(
+            read_config(str(smollm2)), topology, lengths=[128], token_budget=8192,
+            generation=False, count_layers=False, cache=cache,
+            keep=lambda job: job.name.startswith("score T=128 K=128"),
+        )  # fmt: skip
+
+    (first,), (again,) = plan("v5e-8").executables, plan("v5e-8").executables
+    assert not first.cached and again.cached and len(list(cache.path.glob("*.json"))) == 1
+    assert dataclasses.replace(again, cached=False) == first
+    (other,) = plan("v6e-8").executables
+    assert not other.cached and len(list(cache.path.glob("*.json"))) == 2

@@ -13,10 +13,12 @@ executables and the continuous generation engine's admission (prefill) and decod
 executable, per chip:
 
     HBM       arguments + outputs - donated + temporaries (the compiler's `memory_analysis`),
-              against the chip's capacity
+              against what the compiler lets a program use per chip (v5e: 15.75 of 16 GiB)
     FLOPs     the compiler's `cost_analysis`: its FLOPs and bytes accessed, every layer counted
               (`layer_costs`; `--no_layer_costs`: as reported, a scanned layer once)
     roofline  max(FLOPs / peak, bytes / HBM bandwidth) and the tokens per second it implies
+    estimate  the compiler's cycle estimate (`costs.estimated_cycles`) at the chip's clock, and
+              the MFU it implies; neither is measured on hardware
     useful    model FLOPs / compiled FLOPs: 2 x (active, non-embedding) parameters per token, the
               LM head over the score points only, and causal attention (each query over the keys
               before it, within its window)
@@ -24,16 +26,20 @@ executable, per chip:
               kernels (tpu_custom_call), CPU custom calls and host transfers (both must be 0)
 
 An executable that does not compile, or does not fit, is reported with the compiler's error and a
-fix; the command exits with 1 then. The decode chunk is a loop of decode steps: its figures are
-per step (`step_costs`), and what it moves once per call, outside the steps, is shown apart.
+fix for its kind of failure (`TopologyPlan.advice`); the command exits with 1 then. A failed
+counting compile is reported with its reason (the compiler's counts are shown then). The decode
+chunk is a loop of decode steps: its figures are per step (`step_costs`), and what it moves once
+per call, outside the steps, is shown apart.
 
-Scoring shapes: the bucket grid a run builds (`lm.score.buckets.fitted_buckets`) for the token budget the
-run would pick on this chip (`lm.score.budget.token_budget_for`: half the HBM left after the
+Scoring shapes: the bucket grid a run builds (`lm.score.buckets.fitted_buckets`) for the token
+budget the run would pick on this chip (`lm.score.budget.token_budget_for`: half the allowed HBM left after the
 parameters), at the lengths given (`--lengths`, default 2,048 and the model's context), each with
 the fewest score points (loglikelihood) and the most (rolling perplexity). Generation: one engine of
-`--gen_batch_size` rows x `--gen_slots` cache slots, a prompt of `--gen_slots` - `--max_gen_toks`
-tokens and its `admit` call as the engine cuts them (as many such prompts as fit in
-`lm.generate.engine.ADMIT_TOKENS` padded tokens, a longer one alone).
+`--gen_slots` cache slots and as many of 64 rows as the run's rule fits in the HBM left after the
+parameters (`lm.generate.sizing.engine_rows`; `--gen_batch_size N`: N rows, refused when they
+cannot fit), a prompt of `--gen_slots` - `--max_gen_toks` tokens and its `admit` call as the
+engine cuts them (as many such prompts as fit in `lm.generate.sizing.ADMIT_TOKENS` padded
+tokens, a longer one alone).
 """
 
 from __future__ import annotations
@@ -42,11 +48,20 @@ import json
 import sys
 from typing import Any
 
+from jaxeval.errors import JaxevalError
+from jaxeval.lm.generate.sizing import engine_rows
 from jaxeval.lm.score.buckets import fitted_buckets
 from jaxeval.lm.score.budget import token_budget_for
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.runtime import make_runtime
-from jaxeval.plan.costs import compile_job, layer_costs, sharded_abstract_params, step_costs
+from jaxeval.plan.costs import (
+    Compiled,
+    compile_job,
+    layer_costs,
+    sharded_abstract_params,
+    step_costs,
+)
+from jaxeval.plan.figures import FigureCache
 from jaxeval.plan.jobs import (
     generation_jobs,
     param_bytes_per_chip,
@@ -54,8 +69,8 @@ from jaxeval.plan.jobs import (
     scoring_jobs,
     topology_mesh,
 )
-from jaxeval.plan.memory import read_config
-from jaxeval.plan.report import TopologyPlan
+from jaxeval.plan.memory import DEFAULT_GEN_ROWS, read_config
+from jaxeval.plan.report import TopologyPlan, compiler_versions
 from jaxeval.plan.topology import get_topology
 from jaxeval.platform.mesh import batch_shards
 
@@ -70,16 +85,20 @@ def plan_topology(
     max_length: int | None = None,
     token_budget: int | None = None,
     lengths: list[int] | None = None,
-    gen_rows: int = 64,
+    gen_rows: int | None = None,
     gen_slots: int = 4096,
     gen_new: int = 256,
     generation: bool = True,
     count_layers: bool = True,
     progress: Any = None,
     keep: Any = None,
+    cache: FigureCache | None = None,
 ) -> TopologyPlan:
     """Compiles every executable of a run of `config` on `topology` (module docstring);
-    `keep(planned) -> bool`, when given, picks some of them."""
+    `keep(planned) -> bool`, when given, picks some of them; `cache`, when given, keeps what the
+    compiler said of each program and reads it back instead of compiling it again. `gen_rows`
+    None: as many of `DEFAULT_GEN_ROWS` as the run's rule fits in the HBM left
+    (`lm.generate.sizing.engine_rows`); given: those rows, refused when they cannot fit."""
     topo = get_topology(topology)
     mesh = topology_mesh(topo, preset)
     spec = spec_from_config(config, compute_dtype=dtype)
@@ -88,7 +107,9 @@ def plan_topology(
     per_chip = param_bytes_per_chip(params)
     max_length = int(max_length or spec.max_position_embeddings)
     shards = batch_shards(mesh)
-    if per_chip > topo.chip.hbm_bytes:  # nothing can fit: say so before minutes of compiling
+    if (
+        per_chip > topo.chip.allowed_hbm_bytes
+    ):  # nothing can fit: say so before minutes of compiling
         return TopologyPlan(
             topology=topo, model_type=spec.model_type, dtype=dtype, attention=runtime.attention.name,
             mesh=dict(mesh.shape), parameters=spec.param_count(), param_bytes=per_chip,
@@ -96,32 +117,54 @@ def plan_topology(
         )  # fmt: skip
     if token_budget is None:
         token_budget = token_budget_for(
-            spec, topo.chip.hbm_bytes - per_chip, shards, max_length, max_batch_size=64
+            spec, topo.chip.allowed_hbm_bytes - per_chip, shards, max_length, max_batch_size=64
         )
     grid = fitted_buckets(max_length=max_length, token_budget=token_budget, row_multiple=shards)
     lengths = lengths or sorted({min(2048, max_length), max_length})
     planned = scoring_jobs(spec, mesh, grid, score_buckets(grid, lengths))
+    compiled = []
     if generation:
         slots = min(gen_slots, max_length)
         prompt = max(16, slots - gen_new)
-        planned += generation_jobs(
-            spec, mesh, rows=gen_rows, slots=slots, n_new=gen_new, prompt=prompt
-        )
+        try:
+            fit = engine_rows(
+                spec,
+                free_bytes=topo.chip.allowed_hbm_bytes - per_chip,
+                shards=shards,
+                slots=slots,
+                wanted=gen_rows or DEFAULT_GEN_ROWS,
+                explicit=gen_rows is not None,
+                what=f"generation on {topo.name}",
+            )
+        except JaxevalError as e:  # no engine fits: the plan says so, with the fix
+            compiled.append(
+                Compiled(
+                    name=f"generation engine of {slots:,} slots", kind="decode", tokens=0,
+                    useful_flops=0.0,
+                    error=f"RESOURCE_EXHAUSTED before compiling, by the run's rule: {e.message}",
+                )
+            )  # fmt: skip
+        else:
+            if progress is not None:
+                progress(f"generation engine: {fit.text()}")
+            planned += generation_jobs(
+                spec, mesh, rows=fit.rows, slots=slots, n_new=gen_new, prompt=prompt
+            )
     if keep is not None:
         planned = [job for job in planned if keep(job)]
     chips = mesh.devices.size
-    compiled = []
     for job in planned:
         if progress is not None:
             progress(f"compiling {job.name} for {topo.name}")
-        cost = None
+        cost, count_error = None, None
         try:
             if count_layers and job.steps is not None:
-                cost = step_costs(job.steps, spec, runtime, mesh, dtype)
+                cost = step_costs(job.steps, spec, runtime, mesh, dtype, cache=cache)
             elif count_layers:
-                cost = layer_costs(job.count or job.build, spec, runtime, mesh, dtype)
-        except Exception:  # the full compile below reports the error
-            cost = None
+                build = job.count or job.build
+                cost = layer_costs(build, spec, runtime, mesh, dtype, cache=cache)
+        except Exception as e:  # kept with its reason; the full compile below still runs
+            count_error = " ".join(f"{type(e).__name__}: {e}".split())
         compiled.append(
             compile_job(
                 job.build(spec, runtime, params),
@@ -130,6 +173,8 @@ def plan_topology(
                 tokens=job.tokens,
                 useful=job.useful / chips,
                 cost=cost,
+                count_error=count_error,
+                cache=cache,
             )
         )
     return TopologyPlan(
@@ -153,16 +198,20 @@ def print_topology_plan(
     attention: str | None = None,
     lengths: list[int] | None = None,
     token_budget: int | None = None,
-    gen_rows: int = 64,
+    gen_rows: int | None = None,
     gen_slots: int = 4096,
     gen_new: int = 256,
     generation: bool = True,
     count_layers: bool = True,
     as_json: bool = False,
+    plan_cache: str | None = None,
 ) -> int:
     """`jaxeval plan --topology NAME`: compiles the run of `model_args` (`plan_model_args`) for the
     slice `topology` (`plan_topology`, progress on stderr), prints its table or JSON, and the advice
-    on stderr when an executable does not compile or fit; the exit status, 0 or 1 then."""
+    on stderr when an executable does not compile or fit; the exit status, 0 or 1 then. What the
+    compiler said of each program is kept in `plan_cache` (`figures.FigureCache.open`: by default
+    `<cache home>/plan`, `JAXEVAL_PLAN_CACHE=off` for none), so a second plan of the same
+    shapes reads it back instead of compiling."""
     plan = plan_topology(
         read_config(str(model_args["pretrained"])),
         topology,
@@ -178,6 +227,7 @@ def print_topology_plan(
         generation=generation,
         count_layers=count_layers,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
+        cache=FigureCache.open(plan_cache, compiler=compiler_versions()),
     )
     print(json.dumps(plan.to_json(), indent=2) if as_json else plan.table())
     if not plan.ok:

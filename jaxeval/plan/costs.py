@@ -7,10 +7,15 @@
 Every compile goes through `jaxeval.lm.executables.Executables`, the one compile boundary (the
 counting compiles with `COUNTING_OPTIONS`). Per executable, per chip:
 
-    HBM       arguments + outputs - donated + temporaries (the compiler's `memory_analysis`)
+    HBM       arguments + outputs - donated + temporaries (the compiler's `memory_analysis`),
+              against what the compiler lets a program use on the chip (`Chip.allowed_hbm_bytes`)
     FLOPs     the compiler's `cost_analysis`, every layer counted (`layer_costs`; a scanned layer
               body counts once otherwise)
     roofline  max(FLOPs / peak, bytes / HBM bandwidth): a bound, not a measurement
+    estimate  the compiler's own cost model: its `estimated_cycles` per fusion and op, summed over
+              the optimized HLO with loops counted by their trip counts (`estimated_cycles`),
+              over the chip's clock; nearer a device time than the roofline, still not a
+              measurement
     HLO       collectives, Pallas kernels (tpu_custom_call), CPU custom calls, host transfers
 """
 
@@ -59,6 +64,9 @@ class Compiled:
     # which take a scanned layer body once, so the roofline and the ratios are not computed
     layers_counted: bool = True
     once_bytes: float = 0.0  # a loop's executable: bytes moved once per call, outside its steps
+    cycles: float = 0.0  # the compiler's estimate for one call (`estimated_cycles`)
+    count_error: str | None = None  # why the counting compiles failed (the compiler's counts then)
+    cached: bool = False  # figures read from the plan's cache (`figures.FigureCache`), not compiled
 
     @property
     def hbm_bytes(self) -> int:
@@ -67,12 +75,40 @@ class Compiled:
     def roofline_s(self, topo: Topology) -> float:
         return max(self.flops / topo.chip.peak_flops, self.bytes_accessed / topo.chip.hbm_bandwidth)
 
+    def estimate_s(self, topo: Topology) -> float:
+        """The compiler's cycle estimate in seconds at the chip's clock."""
+        return self.cycles / topo.chip.clock_hz
+
+    def fits(self, topo: Topology) -> bool:
+        """Compiled, and within the HBM the compiler allows a program on the chip."""
+        return self.error is None and self.hbm_bytes <= topo.chip.allowed_hbm_bytes
+
+    def failure(self, topo: Topology) -> str | None:
+        """None when it fits, else what failed: "hbm" (out of HBM: the compiler's
+        RESOURCE_EXHAUSTED, or over the allowed HBM) or "compile" (any other compiler error)."""
+        if self.error is not None:
+            return "hbm" if "RESOURCE_EXHAUSTED" in self.error else "compile"
+        return None if self.fits(topo) else "hbm"
+
     def summary(self, topo: Topology) -> dict[str, Any]:
         """The row of the table, as numbers (the JSON output)."""
         out = dataclasses.asdict(self)
+        out.update(failure=self.failure(topo))
         if self.error is None:
             t = self.roofline_s(topo)
-            out.update(hbm_bytes=self.hbm_bytes, fits=self.hbm_bytes <= topo.chip.hbm_bytes)
+            out.update(
+                hbm_bytes=self.hbm_bytes,
+                allowed_hbm_bytes=topo.chip.allowed_hbm_bytes,
+                nominal_hbm_bytes=topo.chip.hbm_bytes,
+                fits=self.fits(topo),
+            )
+            estimate = self.estimate_s(topo)
+            out.update(
+                estimate_s=estimate,
+                mfu_estimate=(
+                    self.useful_flops / (estimate * topo.chip.peak_flops) if estimate else 0.0
+                ),
+            )
             if self.layers_counted:
                 out.update(
                     roofline_s=t,
@@ -101,6 +137,84 @@ def hlo_facts(text: str) -> dict[str, Any]:
     }
 
 
+CYCLES = re.compile(r'"estimated_cycles":"(\d+)"')
+TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+HEADER = re.compile(r"^(ENTRY )?%?([^\s(]+)")
+CONSTANT = re.compile(r"%([\w.\-]+) = s32\[\]\S* constant\((\d+)\)")
+BOUND = re.compile(r"ROOT .* compare\(%([\w.\-]+), %([\w.\-]+)\), direction=LT")
+
+
+def estimated_cycles(text: str) -> float:
+    """The TPU compiler's estimate of one call's cycles, from an optimized HLO module's text.
+
+    Each fusion or op the compiler emits carries `"estimated_cycles":"N"` in its backend config;
+    this sums them over the entry computation, entering what it calls: a `while` body counts
+    its trip count times (the scanned layers: L times, though their body is written once, the
+    same L that `layer_costs` extrapolates the FLOPs to; a windowed einsum's loop over weight
+    shards), a `call` once, a `conditional` its dearest branch. A fusion's own estimate covers
+    the computation it fuses. The trip count is the loop's `known_trip_count`, else the N of its
+    condition `ROOT compare(%i, %N), direction=LT` with N a constant (a scan's counter runs from
+    0 by 1), else 1. So, for
+
+        ENTRY %main { %f = fusion(...), ..."estimated_cycles":"100"...
+                      %w = while(...), condition=%cond, body=%body }
+        %cond { %n = s32[] constant(30)  ROOT %lt = pred[] compare(%i, %n), direction=LT }
+        %body { %g = fusion(...), ..."estimated_cycles":"7"... }
+
+    the estimate is 100 + 30 x 7 = 310 cycles. A loop with a data-dependent end (the decode
+    chunk's `while_loop` over steps) counts once: one step.
+    """
+    bodies: dict[str, list[str]] = {}
+    entry, current = "", None
+    for line in text.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            m = HEADER.match(line)
+            if m is None:
+                continue
+            current = m[2]
+            bodies[current] = []
+            entry = current if m[1] else entry
+        elif line.startswith("}"):
+            current = None
+        elif current is not None:
+            bodies[current].append(line)
+    seen: dict[str, float] = {}
+
+    def called(line: str, field: str) -> list[str]:
+        m = re.search(rf"{field}=\{{?([^}},]+(?:, ?%[^}},]+)*)\}}?", line)
+        return [] if m is None else [c.strip().lstrip("%") for c in m[1].split(",")]
+
+    def trips(line: str) -> int:
+        known = TRIP_COUNT.search(line)
+        if known:
+            return int(known[1])
+        cond = "\n".join(bodies.get(next(iter(called(line, "condition")), ""), ()))
+        constants = dict(CONSTANT.findall(cond))
+        bound = BOUND.search(cond)
+        return int(constants.get(bound[2], 1)) if bound else 1
+
+    def total(name: str) -> float:
+        if name not in seen:
+            seen[name] = 0.0  # a cycle in the call graph (none in valid HLO) counts nothing
+            cycles = 0.0
+            for line in bodies.get(name, ()):
+                m = CYCLES.search(line)
+                cycles += float(m[1]) if m else 0.0
+                if " while(" in line:
+                    cycles += trips(line) * sum(total(b) for b in called(line, "body"))
+                elif " conditional(" in line:
+                    branches = called(line, "branch_computations")
+                    branches += called(line, "true_computation")
+                    branches += called(line, "false_computation")
+                    cycles += max((total(b) for b in branches), default=0.0)
+                elif " call(" in line:
+                    cycles += sum(total(b) for b in called(line, "to_apply"))
+            seen[name] = cycles
+        return seen[name]
+
+    return total(entry)
+
+
 def sharded_abstract_params(spec: Any, mesh: Mesh, dtype: str) -> Any:
     """The parameters as `ShapeDtypeStruct`s under the rule table's shardings on `mesh`."""
     return jax.tree.map(
@@ -108,6 +222,36 @@ def sharded_abstract_params(spec: Any, mesh: Mesh, dtype: str) -> Any:
         spec.abstract_params(dtype),
         param_shardings(spec, mesh),
     )
+
+
+def job_figures(
+    job: Job, *, name: str = "jaxeval-plan", options: dict | None = None, cache: Any = None
+) -> dict[str, Any]:
+    """What the compiler says of `job` as plain numbers: `memory_analysis` and `cost_analysis`
+    ("facts"), the HLO's counts ("hlo") and cycle estimate ("cycles"), the compile's seconds; or
+    {"error": the compiler's words}. Read from `cache` (a `figures.FigureCache`) when it has them,
+    else compiled (with `options` on top of the platform's) and kept there."""
+    executables = Executables(name, compiler_options=options)
+    key = cache.key(job, executables.options_for(job)) if cache is not None else None
+    figures = cache.get(key) if cache is not None else None
+    if figures is not None:
+        return {**figures, "cached": True}
+    start = time.perf_counter()
+    try:
+        executables.get(job)
+    except Exception as e:  # the compiler's words (an HBM overflow is a RESOURCE_EXHAUSTED)
+        figures = {"error": " ".join(str(e).split())}
+    else:
+        text = executables.text(job.key)
+        figures = {
+            "facts": {k: float(v) for k, v in executables.describe(job.key).items()},
+            "hlo": hlo_facts(text),
+            "cycles": estimated_cycles(text),
+            "compile_s": time.perf_counter() - start,
+        }
+    if cache is not None:
+        cache.put(key, figures)
+    return figures
 
 
 def compile_job(
@@ -118,19 +262,20 @@ def compile_job(
     tokens: int,
     useful: float,
     cost: tuple[float, ...] | None = None,
+    count_error: str | None = None,
+    cache: Any = None,
 ) -> Compiled:
     """`job` compiled for its mesh's devices, described; a compiler error is caught and kept.
     `cost`: (FLOPs, bytes[, bytes once per call]) counted another way (`layer_costs`,
-    `step_costs`), else the compiler's."""
-    executables = Executables("jaxeval-plan")
-    start = time.perf_counter()
-    try:
-        executables.get(job)
-    except Exception as e:  # the compiler's words (an HBM overflow is a RESOURCE_EXHAUSTED)
-        message = " ".join(str(e).split())
-        return Compiled(name=name, kind=kind, tokens=tokens, useful_flops=useful, error=message)
-    seconds = time.perf_counter() - start
-    facts = executables.describe(job.key)
+    `step_costs`), else the compiler's; `count_error`: why counting them failed, kept; `cache`:
+    a `figures.FigureCache` (`job_figures`)."""
+    figures = job_figures(job, cache=cache)
+    if "error" in figures:
+        return Compiled(
+            name=name, kind=kind, tokens=tokens, useful_flops=useful, error=figures["error"],
+            count_error=count_error, cached=bool(figures.get("cached")),
+        )  # fmt: skip
+    facts = figures["facts"]
     flops, nbytes, *once = (
         cost if cost is not None else (facts.get("flops", 0.0), facts.get("bytes_accessed", 0.0))
     )
@@ -145,10 +290,13 @@ def compile_job(
         temp_bytes=int(facts.get("temp_bytes", 0)),
         flops=flops,
         bytes_accessed=nbytes,
-        compile_s=seconds,
+        compile_s=figures["compile_s"],
         layers_counted=cost is not None,
         once_bytes=once[0] if once else 0.0,
-        **hlo_facts(executables.text(job.key)),
+        cycles=figures["cycles"],
+        count_error=count_error,
+        cached=bool(figures.get("cached")),
+        **figures["hlo"],
     )
 
 
@@ -157,14 +305,16 @@ def compile_job(
 COUNTING_OPTIONS = {"xla_jf_spmd_threshold_for_windowed_einsum_mib": 1 << 20}
 
 
-def counted_cost(job: Job) -> tuple[float, float]:
-    """(FLOPs, bytes accessed) per chip of `job`, compiled with `COUNTING_OPTIONS` on TPUs."""
+def counted_cost(job: Job, *, cache: Any = None) -> tuple[float, float]:
+    """(FLOPs, bytes accessed) per chip of `job`, compiled with `COUNTING_OPTIONS` on TPUs (or read
+    from `cache`, `job_figures`); a compiler error raises."""
     shardings = [getattr(x, "sharding", None) for x in jax.tree.leaves(job.args)]
     devices = {d.platform for s in shardings if s is not None for d in s.device_set}
     options = COUNTING_OPTIONS if devices == {"tpu"} else None
-    executables = Executables("jaxeval-plan-count", compiler_options=options)
-    executables.get(job)
-    facts = executables.describe(job.key)
+    figures = job_figures(job, name="jaxeval-plan-count", options=options, cache=cache)
+    if "error" in figures:
+        raise RuntimeError(figures["error"])
+    facts = figures["facts"]
     return facts.get("flops", 0.0), facts.get("bytes_accessed", 0.0)
 
 
@@ -199,7 +349,7 @@ def layer_period(spec: Any) -> int:
 
 
 def layer_costs(
-    build: Callable, spec: Any, runtime: Runtime, mesh: Mesh, dtype: str
+    build: Callable, spec: Any, runtime: Runtime, mesh: Mesh, dtype: str, *, cache: Any = None
 ) -> tuple[float, float]:
     """(FLOPs, bytes) per chip of `build(spec, runtime, params)`'s executable, every layer counted.
 
@@ -216,9 +366,8 @@ def layer_costs(
     costs = []
     for k in points:
         cut = first_layers(spec, k)
-        costs.append(
-            counted_cost(build(cut, counting(runtime), sharded_abstract_params(cut, mesh, dtype)))
-        )
+        params = sharded_abstract_params(cut, mesh, dtype)
+        costs.append(counted_cost(build(cut, counting(runtime), params), cache=cache))
     if len(costs) == 1:
         return costs[0]
     (fa, ba), (fb, bb) = costs
@@ -227,7 +376,7 @@ def layer_costs(
 
 
 def step_costs(
-    steps: Callable, spec: Any, runtime: Runtime, mesh: Mesh, dtype: str
+    steps: Callable, spec: Any, runtime: Runtime, mesh: Mesh, dtype: str, *, cache: Any = None
 ) -> tuple[float, float, float]:
     """(FLOPs, bytes) per chip of one step of a loop of steps, and the bytes moved once per call
     outside the loop (layout copies of the weights on entry, say).
@@ -239,5 +388,7 @@ def step_costs(
     """
     cut = first_layers(spec, spec.num_layers)
     params = sharded_abstract_params(cut, mesh, dtype)
-    (f1, b1), (f2, b2) = (counted_cost(steps(n)(cut, counting(runtime), params)) for n in (1, 2))
+    (f1, b1), (f2, b2) = (
+        counted_cost(steps(n)(cut, counting(runtime), params), cache=cache) for n in (1, 2)
+    )
     return f2 - f1, b2 - b1, max(0.0, b1 - (b2 - b1))

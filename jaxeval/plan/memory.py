@@ -48,6 +48,7 @@ from jaxeval.models.sharding import cache_shardings, param_shardings, split_ways
 from jaxeval.platform.mesh import batch_shards, make_abstract_mesh
 
 GIB = 1 << 30
+DEFAULT_GEN_ROWS = 64  # generation rows a plan asks for when none are given
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 

@@ -13,7 +13,8 @@ runs, so no TPU is needed.
 Names follow Cloud TPU's accelerator types: the number after the dash counts TensorCores, so a v4-8
 and a v5p-8 are 4 megacore chips on one host, a v5e-8 and a v6e-8 are 8 single-core chips on one
 host; v5e-16, v6e-16 and larger span several hosts of 4 chips (as do v4/v5p slices past 4 chips). Chip figures are Google Cloud's published per-chip
-specifications (bf16 peak, HBM capacity and bandwidth).
+specifications (bf16 peak, HBM capacity and bandwidth); the HBM the compiler allows a program and
+the clock that turns its cycle estimates into seconds are libtpu's and derived (`CHIPS`).
 """
 
 from __future__ import annotations
@@ -30,21 +31,43 @@ INSTALL_HINT = 'install libtpu: pip install "jax[tpu]==<your jax version>" (or "
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Chip:
-    """One TPU chip: peak bf16 FLOP/s, HBM bytes and HBM bytes/s."""
+    """One TPU chip: peak bf16 FLOP/s, HBM bytes (nominal, and what the compiler lets one program
+    use), HBM bytes/s and the TensorCore clock in Hz (what turns the compiler's cycle estimates
+    into seconds)."""
 
     name: str
     peak_flops: float
     hbm_bytes: int
     hbm_bandwidth: float
+    allowed_hbm_bytes: int
+    clock_hz: float
 
 
 GIB = 1 << 30
+# peak, HBM and bandwidth: Google Cloud's published per-chip specifications. allowed_hbm_bytes: the
+# "available HBM" libtpu 0.0.42.1 states when a compile for the chip runs out of memory
+# ("... exceeds available HBM (15.75G)"), to its two decimals of GiB. clock_hz: peak bf16 FLOP/s
+# = TensorCores x MXUs x (MXU width)^2 x 2 x clock, with the MXUs libtpu reports
+# (`pltpu.get_tpu_info()`: v5e 4 MXUs of 128 x 128), which gives v4's published 1,050 MHz (the
+# TPU v4 paper, ISCA 2023), v5e 1.5 GHz, v5p 1.75 GHz, v6e (4 MXUs of 256 x 256) 1.75 GHz.
 CHIPS = {
-    "v4": Chip(name="TPU v4", peak_flops=275e12, hbm_bytes=32 * GIB, hbm_bandwidth=1.2e12),
-    "v5e": Chip(name="TPU v5e", peak_flops=197e12, hbm_bytes=16 * GIB, hbm_bandwidth=0.819e12),
-    "v5p": Chip(name="TPU v5p", peak_flops=459e12, hbm_bytes=95 * GIB, hbm_bandwidth=2.765e12),
-    "v6e": Chip(name="TPU v6e", peak_flops=918e12, hbm_bytes=32 * GIB, hbm_bandwidth=1.64e12),
-}
+    "v4": Chip(
+        name="TPU v4", peak_flops=275e12, hbm_bytes=32 * GIB, hbm_bandwidth=1.2e12,
+        allowed_hbm_bytes=int(30.75 * GIB), clock_hz=1.05e9,
+    ),
+    "v5e": Chip(
+        name="TPU v5e", peak_flops=197e12, hbm_bytes=16 * GIB, hbm_bandwidth=0.819e12,
+        allowed_hbm_bytes=int(15.75 * GIB), clock_hz=1.5e9,
+    ),
+    "v5p": Chip(
+        name="TPU v5p", peak_flops=459e12, hbm_bytes=95 * GIB, hbm_bandwidth=2.765e12,
+        allowed_hbm_bytes=int(95.74 * GIB), clock_hz=1.75e9,
+    ),
+    "v6e": Chip(
+        name="TPU v6e", peak_flops=918e12, hbm_bytes=32 * GIB, hbm_bandwidth=1.64e12,
+        allowed_hbm_bytes=int(31.25 * GIB), clock_hz=1.75e9,
+    ),
+}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
