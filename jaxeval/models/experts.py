@@ -7,6 +7,10 @@ backends (`select_experts`), chosen once per model like `attention.select_attent
              expanded into a dense computation over all X experts)
     dense    every expert on every token, the reference (tests only)
 
+On a mesh of several devices the backend runs under expert parallelism
+(`jaxeval.models.expert_parallel.ExpertParallel`): each device holds X/n experts and runs them on
+every token routed to them; expert weights are never gathered.
+
 The routing, the spec and the layer are `jaxeval.models.moe`'s; `moe` is passed in (a `MoESpec`).
 """
 
@@ -21,6 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxeval.errors import JaxevalError
+from jaxeval.models.expert_parallel import EXPERT_KEYS, ExpertParallel
 from jaxeval.models.layers import ACTIVATIONS, HIGHEST, dense
 from jaxeval.shapes import Float, Int, pow2_at_most
 
@@ -55,12 +60,15 @@ def _expert_mlp(e: dict[str, jax.Array], x: jax.Array, moe: MoESpec) -> jax.Arra
     return dense(_glu(g, u, moe), e["down"], "...f,fd->...d", e.get("down_bias"))
 
 
-_EXPERT_KEYS = ("gate", "up", "down", "gate_bias", "up_bias", "down_bias")
-
-
 def _experts_of(p: dict[str, Any]) -> dict[str, jax.Array]:
     """The stacked [Nx, ...] expert weights of a layer's parameters."""
-    return {k: p[k] for k in _EXPERT_KEYS if k in p}
+    return {k: p[k] for k in EXPERT_KEYS if k in p}
+
+
+def _held(p: dict[str, Any]) -> int:
+    """How many experts `p` holds: X, or X/n on a device of `ExpertParallel`, whose assignments to
+    experts held elsewhere carry the id X/n ("not here") and contribute zero."""
+    return p["gate"].shape[0]
 
 
 def _weighted(y: jax.Array, weights: jax.Array) -> jax.Array:
@@ -84,12 +92,13 @@ class DenseExperts:
                 moe) -> Float["B*T D"]:  # fmt: skip
         y = jax.vmap(lambda e: _expert_mlp(e, x, moe))(_experts_of(p))  # [Nx, B*T, D]
         picked = y[experts, jnp.arange(x.shape[0])[:, None]]  # [B*T, Kx, D]
-        return _weighted(picked, weights).sum(axis=1)
+        here = (experts < _held(p))[..., None]  # [B*T, Kx, 1]
+        return jnp.where(here, _weighted(picked, weights), 0.0).sum(axis=1)
 
 
 def _sort_by_expert(experts: Int["B*T Kx"], num_experts: int):
     """(order, sizes): the flat assignments (token * K + k) sorted by expert (stable), and each
-    expert's number of assignments [Nx]."""
+    expert's number of assignments [Nx]; ids >= num_experts ("not here") sort last, uncounted."""
     flat = experts.reshape(-1)
     order = jnp.argsort(flat, stable=True).astype(jnp.int32)
     sizes = jnp.bincount(flat, length=num_experts).astype(jnp.int32)
@@ -121,7 +130,8 @@ class RaggedExperts:
     def combine(self, p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], *,
                 moe) -> Float["B*T D"]:  # fmt: skip
         n, k = experts.shape
-        order, sizes = _sort_by_expert(experts, moe.num_experts)
+        held = _held(p)
+        order, sizes = _sort_by_expert(experts, held)
         rows = x[order // k]  # [B*T*Kx, D] sorted by expert
         chosen = experts.reshape(-1)[order]  # [B*T*Kx]
 
@@ -132,6 +142,7 @@ class RaggedExperts:
         g = grouped(rows, p["gate"], p.get("gate_bias"))
         u = grouped(rows, p["up"], p.get("up_bias"))
         y = grouped(_glu(g, u, moe), p["down"], p.get("down_bias"))  # [B*T*Kx, D]
+        y = jnp.where((chosen < held)[:, None], y, 0)  # rows past the groups: not here
         y = jnp.zeros_like(y).at[order].set(y).reshape(n, k, -1)  # back to token order
         return _weighted(y, weights).sum(axis=1)
 
@@ -175,10 +186,10 @@ class BlockedExperts:
     def combine(self, p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], *,
                 moe) -> Float["B*T D"]:  # fmt: skip
         n, k = experts.shape
-        m = self.block_size(n * k, moe.num_experts)
-        token, weight, block_expert, used = _block_layout(
-            experts, weights, moe.num_experts, m, self.max_blocks(n * k, moe.num_experts)
-        )
+        held = _held(p)
+        m = self.block_size(n * k, moe.num_experts)  # the whole layer's rule, also on X/n experts
+        bound = (n * k + min(held, n * k) * (m - 1)) // m  # `max_blocks` over the held experts
+        token, weight, block_expert, used = _block_layout(experts, weights, held, m, bound)
         stacked = _experts_of(p)
 
         def body(b, acc):
@@ -199,7 +210,8 @@ def _block_layout(experts: Int["B*T Kx"], weights: Float["B*T Kx"], num_experts:
                   max_blocks: int):  # fmt: skip
     """The padded rows of the blocked backend (module docstring): each of the `max_blocks * m`
     rows' token (B*T on padding rows) and routing weight (0 on padding rows), each block's
-    expert, and the number of blocks used (the loop's trip count)."""
+    expert, and the number of blocks used (the loop's trip count). Assignments to ids >=
+    `num_experts` (not here) get no row."""
     n, k = experts.shape
     order, sizes = _sort_by_expert(experts, num_experts)
     blocks = (sizes + m - 1) // m  # [Nx] blocks of each expert
@@ -207,15 +219,17 @@ def _block_layout(experts: Int["B*T Kx"], weights: Float["B*T Kx"], num_experts:
     chosen = experts.reshape(-1)[order]  # [B*T*Kx] expert of each sorted assignment
     rank = jnp.arange(n * k, dtype=jnp.int32) - (jnp.cumsum(sizes) - sizes)[chosen]
     row = (block_end - blocks)[chosen] * m + rank  # [B*T*Kx] padded row of each assignment
-    token = jnp.full((max_blocks * m,), n, jnp.int32).at[row].set(order // k)
-    weight = jnp.zeros((max_blocks * m,), weights.dtype).at[row].set(weights.reshape(-1)[order])
+    row = jnp.where(chosen < num_experts, row, max_blocks * m)  # not here: dropped below
+    token = jnp.full((max_blocks * m,), n, jnp.int32).at[row].set(order // k, mode="drop")
+    flat_weights = weights.reshape(-1)[order]
+    weight = jnp.zeros((max_blocks * m,), weights.dtype).at[row].set(flat_weights, mode="drop")
     blocks_before = jnp.arange(max_blocks, dtype=jnp.int32)
     block_expert = jnp.searchsorted(block_end, blocks_before, side="right", method="compare_all")
     block_expert = jnp.minimum(block_expert, num_experts - 1).astype(jnp.int32)
     return token, weight, block_expert, block_end[-1]
 
 
-ExpertBackend = DenseExperts | RaggedExperts | BlockedExperts
+ExpertBackend = DenseExperts | RaggedExperts | BlockedExperts | ExpertParallel
 DENSE = DenseExperts()
 RAGGED = RaggedExperts()
 BLOCKED = BlockedExperts()
@@ -238,12 +252,16 @@ def select_experts(
 ) -> ExpertBackend:
     """The expert backend for a model on a platform ("cpu", "gpu", "tpu"), a mesh's devices or,
     for None, JAX's default backend: `setting`, else `JAXEVAL_MOE`, else auto = ragged on TPU
-    and blocked elsewhere (module docstring)."""
+    and blocked elsewhere (module docstring); on a mesh of several devices that backend under
+    expert parallelism (`ExpertParallel`: each device runs its own experts)."""
     value = _requested(setting)
-    if value != "auto":
-        return RAGGED if value == "ragged" else BLOCKED
     if isinstance(platform_or_mesh, Mesh):
         platforms = {d.platform for d in platform_or_mesh.devices.flat}
     else:
         platforms = {platform_or_mesh or jax.default_backend()}
-    return RAGGED if platforms == {"tpu"} else BLOCKED
+    if value == "auto":
+        value = "ragged" if platforms == {"tpu"} else "blocked"
+    backend = RAGGED if value == "ragged" else BLOCKED
+    if isinstance(platform_or_mesh, Mesh) and platform_or_mesh.devices.size > 1:
+        return ExpertParallel(inner=backend, mesh=platform_or_mesh)
+    return backend

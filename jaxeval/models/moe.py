@@ -22,6 +22,10 @@ backend (`select_experts`, chosen once per model like `attention.select_attentio
              assignment, X times the FLOPs (tests/models/test_moe.py has the numbers)
     dense    every expert on every token (X/K times the FLOPs), the reference of the tests
 
+On a mesh of several devices the backend runs under expert parallelism
+(`jaxeval.models.expert_parallel`): the expert weights split on the experts dimension, each
+device runs its own experts on every token routed to them; the routing here is unchanged.
+
 Assignment layout of the blocked backend, Nx = 3 experts, Kx = 1, m = 2, experts of 5 tokens
 [2, 0, 2, 2, 0]:
 

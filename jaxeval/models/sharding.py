@@ -11,6 +11,7 @@ of the same array, falls back to replicated, so tiny models never fail to shard.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxeval.models.contract import KVCache
+from jaxeval.models.expert_parallel import EXPERT_AXES, expert_axes
 from jaxeval.models.params import is_info, param_layout
 from jaxeval.platform.mesh import rows_axis
 
@@ -28,9 +30,9 @@ LOGICAL_AXIS_RULES: dict[str, str | None] = {
     "kv_heads": "model",
     "head_dim": None,
     "mlp": "model",
-    # Mixture of Experts: whole experts per device (expert parallelism) when the expert count
-    # divides the model axis, else each expert's intermediate features split (tensor parallelism)
-    "experts": "model",
+    # Mixture of Experts: whole experts per device over fsdp and model (expert parallelism,
+    # `expert_parallel.expert_axes` picks the axes), else each expert's features split over model
+    "experts": EXPERT_AXES,
     "expert_mlp": "model",
     "lora": None,  # MLA's latent features: small, each device holds them all
     "layers": None,  # scanned over: never split
@@ -45,13 +47,18 @@ def logical_sharding(
     """The NamedSharding for one array with the given logical axes (fallbacks in the docstring)."""
     rules = LOGICAL_AXIS_RULES if rules is None else rules
     used: set[str] = set()
-    spec = []
+    spec: list[Any] = []
     for name, size in zip(axes, shape):
         if name not in rules:
             raise KeyError(
                 f"logical axis {name!r} has no sharding rule; add it to LOGICAL_AXIS_RULES"
             )
         axis = rules[name]
+        if isinstance(axis, tuple):  # several mesh axes together (the experts)
+            split = expert_axes(mesh, size, tuple(used), axis)
+            spec.append(None if not split else split[0] if len(split) == 1 else split)
+            used.update(split)
+            continue
         ok = (
             axis is not None
             and axis in mesh.shape
@@ -69,7 +76,9 @@ def split_ways(mesh: Any, logical: str, size: int) -> int:
     """How many pieces the rule table cuts one dimension of `size` along `logical` into on `mesh`
     (a `Mesh` or an `AbstractMesh`): the mesh axis's size, or 1 when it stays whole."""
     axis = logical_sharding(mesh, (logical,), (size,)).spec[0]
-    return mesh.shape[axis] if axis is not None else 1
+    if axis is None:
+        return 1
+    return math.prod(mesh.shape[a] for a in ((axis,) if isinstance(axis, str) else axis))
 
 
 def cache_shardings(spec, mesh: Mesh, batch: int, length: int) -> Any:
