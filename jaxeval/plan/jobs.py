@@ -147,23 +147,30 @@ def scoring_jobs(spec: Any, mesh: Mesh, grid: BucketSet, buckets: list[Bucket]) 
     ]
 
 
+def abstract_engine(
+    sp: Any, rt: Any, pa: Any, *, rows: int, slots: int, n_new: int, sample: bool
+) -> ContinuousEngine:
+    """A `ContinuousEngine` on abstract parameters and stop table (what a run's engine compiles)."""
+    full = replicated(rt.mesh)
+    table = StopTable(
+        bytes=jax.ShapeDtypeStruct((sp.vocab_size, BUFFER_BYTES), np.int16, sharding=full),
+        lengths=jax.ShapeDtypeStruct((sp.vocab_size,), np.int32, sharding=full),
+    )
+    target = EngineTarget(
+        spec=sp, runtime=rt, params=pa, stop_table=table, executables=Executables()
+    )
+    return ContinuousEngine(target, rows=rows, slots=slots, n_new=n_new, sample=sample)
+
+
 def generation_jobs(
     spec: Any, mesh: Mesh, *, rows: int, slots: int, n_new: int, prompt: int
 ) -> list[Planned]:
     """The continuous engine's admission of prompts of `prompt` tokens (their prefill) and
     its decode chunk, as a run builds them (`ContinuousEngine.admit_job`, `decode_job`) on an
     `EngineTarget` of abstract parameters."""
-    full = replicated(mesh)
 
     def engine(sp, rt, pa):
-        table = StopTable(
-            bytes=jax.ShapeDtypeStruct((sp.vocab_size, BUFFER_BYTES), np.int16, sharding=full),
-            lengths=jax.ShapeDtypeStruct((sp.vocab_size,), np.int32, sharding=full),
-        )
-        target = EngineTarget(
-            spec=sp, runtime=rt, params=pa, stop_table=table, executables=Executables()
-        )
-        return ContinuousEngine(target, rows=rows, slots=slots, n_new=n_new, sample=False)
+        return abstract_engine(sp, rt, pa, rows=rows, slots=slots, n_new=n_new, sample=False)
 
     # one `admit` call as `engine.admission_chunks` cuts them: U distinct prompts of one
     # padded width while U x width <= ADMIT_TOKENS, a longer prompt alone

@@ -30,19 +30,13 @@ import sys
 from collections.abc import Hashable
 from typing import Any
 
-import jax
-import numpy as np
-
 from jaxeval.api.task_manager import TaskManager
 from jaxeval.errors import JaxevalError
-from jaxeval.kernels.generate import StopTable
 from jaxeval.lm.args import parse_model_args
 from jaxeval.lm.encoding import resolve_max_length
-from jaxeval.lm.executables import Executables
 from jaxeval.lm.generate.config import eos_ids_of, load_generation_config
-from jaxeval.lm.generate.engine import ContinuousEngine, EngineTarget
 from jaxeval.lm.generate.kwargs import SamplingDefaults
-from jaxeval.lm.generate.stops import BUFFER_BYTES, special_token_ids
+from jaxeval.lm.generate.stops import special_token_ids
 from jaxeval.lm.jax_lm import check_tokenizer_files
 from jaxeval.lm.model_config import JaxLMConfig
 from jaxeval.lm.score.buckets import parse_buckets
@@ -57,11 +51,11 @@ from jaxeval.plan.costs import (
     sharded_abstract_params,
     step_costs,
 )
-from jaxeval.plan.jobs import param_bytes_per_chip, scoring_jobs, topology_mesh
+from jaxeval.plan.jobs import abstract_engine, param_bytes_per_chip, scoring_jobs, topology_mesh
 from jaxeval.plan.memory import read_config
 from jaxeval.plan.requests import RequestRecorder, RunSetup, Use, run_tasks
 from jaxeval.plan.topology import Topology, get_topology
-from jaxeval.platform.mesh import batch_shards, replicated
+from jaxeval.platform.mesh import batch_shards
 
 # Host seconds per million scored tokens: docs/performance.md, the warm ARC-Easy + LAMBADA run on
 # 2 cores ((wall - device - compile) / scored tokens; start-up, data and model loading included)
@@ -161,26 +155,13 @@ def record_run(
 
 
 # ---- compiling ----------------------------------------------------------------------------------
-def _engine(sp: Any, rt: Any, pa: Any, rows: int, slots: int, n_new: int, sample: bool) -> Any:
-    """A `ContinuousEngine` on abstract parameters and stop table (what a run's engine compiles)."""
-    full = replicated(rt.mesh)
-    table = StopTable(
-        bytes=jax.ShapeDtypeStruct((sp.vocab_size, BUFFER_BYTES), np.int16, sharding=full),
-        lengths=jax.ShapeDtypeStruct((sp.vocab_size,), np.int32, sharding=full),
-    )
-    target = EngineTarget(
-        spec=sp, runtime=rt, params=pa, stop_table=table, executables=Executables()
-    )
-    return ContinuousEngine(target, rows=rows, slots=slots, n_new=n_new, sample=sample)
-
-
 def _builder(use: Use) -> tuple[str, Any, Any]:
     """(name, build(spec, runtime, params) -> Job, steps(n) -> build or None) of a generation use."""
     d = use.detail
     rows, slots, n_new, sample = d[0], d[1], d[2], d[3]
 
     def engine(sp, rt, pa):
-        return _engine(sp, rt, pa, rows, slots, n_new, sample)
+        return abstract_engine(sp, rt, pa, rows=rows, slots=slots, n_new=n_new, sample=sample)
 
     where = f"{rows} x {slots} slots"
     if use.kind == "prefix":
@@ -206,7 +187,9 @@ def _builder(use: Use) -> tuple[str, Any, Any]:
         small = d[4]
 
         def shrink(sp, rt, pa):
-            return engine(sp, rt, pa).shrink_job(_engine(sp, rt, pa, small, slots, n_new, sample))
+            return engine(sp, rt, pa).shrink_job(
+                abstract_engine(sp, rt, pa, rows=small, slots=slots, n_new=n_new, sample=sample)
+            )
 
         return f"move {rows} -> {small} rows of {slots} slots", shrink, None
     job = "init_job" if use.kind == "init" else "peek_job"
