@@ -19,19 +19,20 @@ def clock():
 
 def test_phases_are_exclusive_and_add_up_to_the_wall(clock):
     with phases.phase("tokenize"):
-        time.sleep(0.05)
+        time.sleep(0.1)
         with phases.phase("device"):  # "tokenize" pauses meanwhile
             time.sleep(0.1)
-        time.sleep(0.05)
+        time.sleep(0.1)
     time.sleep(0.05)  # in no phase
     block = clock.block()
     seconds = block["phases_s"]
-    assert seconds["tokenize"] == pytest.approx(0.1, abs=0.04)
+    assert seconds["tokenize"] == pytest.approx(0.2, abs=0.04)
     assert seconds["device"] == pytest.approx(0.1, abs=0.04)
     assert block["unaccounted_s"] == pytest.approx(0.05, abs=0.04)
     assert sum(seconds.values()) + block["unaccounted_s"] == pytest.approx(
         block["wall_s"], abs=0.01
     )
+    # host (tokenize, 0.2 s) outweighs device (0.1 s) by a margin no scheduler jitter closes
     assert block["device_s"] == seconds["device"] and block["bound"] == "host"
 
 
