@@ -13,12 +13,24 @@ One layer on a device, n devices on the expert axes, the tokens' rows split over
                     renumbered expert - e0, others X/n ("not here": the backend skips them)
     combine         the backend (`experts.RaggedExperts`, `BlockedExperts`) on its X/n experts:
                     sum over the local K of weight * expert(x), float32, one row per token
-    ring            over the expert axes that also split rows (fsdp, r devices): each shard of
-                    rows (x, experts, weights) travels round the r devices with its float32 sum,
-                    each device adding its share, then the sum goes home: r - 1 passes of the
-                    rows, r of the sums (the bytes of an all-gather and a reduce-scatter), and
-                    only one shard's assignments in memory at a time
+    gather          over the expert axes that also split rows (fsdp, r devices), when the r
+                    shards' assignments are small (`gather_bytes`: decode steps, short batches):
+                    the rows (x, experts, weights) all-gathered, one pass of the backend over all
+                    of them, its float32 sums reduce-scattered home. Each device reads its
+                    experts' weights once per call, which is what bounds a decode step
+    ring            the same axes, larger batches: each shard of rows travels round the r devices
+                    with its float32 sum, each device adding its share, then the sum goes home:
+                    r - 1 passes of the rows, r of the sums (the bytes of an all-gather and a
+                    reduce-scatter), only one shard's assignments in memory at a time, and the
+                    local experts' weights read once per pass
     psum            over the expert axes that do not split rows (model)
+
+A pass over at most `dense_rows` rows (gathered: a decode step) runs every local expert on every
+row (`dense`, `experts.DenseExperts`: held x rows expert rows, a few milliseconds of FLOPs at most) instead
+of the grouped backend: XLA's own matmuls read each layer's expert weights where they lie in the
+stacked parameters, while a grouped-matmul kernel (`ragged_dot` on TPUs) takes its operand as a
+buffer, so every step first copies the layer's expert weights out of the stack (three times the
+weight bytes that bound the step).
 
 Nothing is dropped (no capacity): a device's groups hold every assignment to its experts. Its
 result is the single-device one up to the order of the float32 sum over the K (1e-6 relative).
@@ -45,6 +57,14 @@ from jaxeval.shapes import Float, Int
 
 EXPERT_AXES = ("fsdp", "model")  # the mesh axes the experts dimension may split over, in order
 EXPERT_KEYS = ("gate", "up", "down", "gate_bias", "up_bias", "down_bias")  # stacked [Nx, ...]
+# Per device: the gathered rows' assignments (rows x K x (D + 2 Fx) activations, the backend's
+# working set) at or under this run in one pass (`gather`), larger ones round the ring. Mixtral
+# decoding 64 rows on 8 devices: 8 MiB; Qwen3-30B-A3B scoring 16,384 tokens: 940 MiB.
+GATHER_BYTES = 256 << 20
+# A pass over at most this many token rows runs every local expert on every row (module
+# docstring): 64 rows x 3 D Fx x 2 FLOPs per expert stays under the time to read its 3 D Fx
+# bf16 weights wherever a chip has 64 or more FLOPs per byte of HBM bandwidth (every TPU: v5e 240).
+DENSE_ROWS = 64
 
 
 def expert_axes(
@@ -95,10 +115,19 @@ class ExpertParallel:
 
     inner: Any  # experts.RaggedExperts | experts.BlockedExperts | experts.DenseExperts
     mesh: Mesh
+    gather_bytes: int = GATHER_BYTES  # the gather / ring threshold (module docstring)
+    dense: Any = None  # the backend of passes over at most `dense_rows` rows (DenseExperts)
+    dense_rows: int = DENSE_ROWS
 
     @property
     def name(self) -> str:
         return self.inner.name
+
+    def gathers(self, rows: int, moe, width: int, itemsize: int) -> bool:
+        """Whether `rows` gathered token rows (all r shards) of `width` run in one pass: their
+        assignments' activations, rows x K x (D + 2 Fx) x itemsize, within `gather_bytes`."""
+        size = rows * moe.top_k * (width + 2 * moe.expert_size) * itemsize
+        return size <= self.gather_bytes
 
     def combine(self, p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], *,
                 moe) -> Float["B*T D"]:  # fmt: skip
@@ -116,6 +145,11 @@ class ExpertParallel:
         mesh, inner = self.mesh, self.inner
         ring = math.prod(mesh.shape[a] for a in gather)  # devices the rows travel round
         shift = [(i, (i + 1) % ring) for i in range(ring)]
+        local_rows = x.shape[0] // math.prod(mesh.shape[a] for a in row_axes)
+        at_once = self.gathers(local_rows * ring, moe, x.shape[-1], x.dtype.itemsize)
+        passed = local_rows * ring if gather and at_once else local_rows  # rows of one pass
+        if self.dense is not None and passed <= self.dense_rows:
+            inner = self.dense
 
         def local(p, x, experts, weights):
             first = _device_index(axes, mesh) * held
@@ -130,6 +164,9 @@ class ExpertParallel:
 
             if not gather:
                 y = mine(x, experts, weights)
+            elif at_once:  # all r shards' rows, one pass, the sums reduce-scattered home
+                every = (jax.lax.all_gather(a, gather, tiled=True) for a in (x, experts, weights))
+                y = jax.lax.psum_scatter(mine(*every), gather, scatter_dimension=0, tiled=True)
             else:  # ring - 1 passes, the last share, then the sums home
                 acc = jnp.zeros(x.shape, jnp.float32)
                 carry = jax.lax.fori_loop(

@@ -5,7 +5,8 @@ backends (`select_experts`), chosen once per model like `attention.select_attent
     blocked  each expert's group padded to a multiple of a block of m rows; a loop over the used
              blocks only runs one expert's whole MLP per block (CPU, GPU: there `ragged_dot` is
              expanded into a dense computation over all X experts)
-    dense    every expert on every token, the reference (tests only)
+    dense    every expert on every token: the reference, and a decode step's few rows under
+             expert parallelism (each device's own experts, `ExpertParallel.dense_rows`)
 
 On a mesh of several devices the backend runs under expert parallelism
 (`jaxeval.models.expert_parallel.ExpertParallel`): each device holds X/n experts and runs them on
@@ -83,8 +84,9 @@ def _weighted(y: jax.Array, weights: jax.Array) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DenseExperts:
-    """The reference: all X experts on all tokens, then each token's K outputs picked. Tests only:
-    Nx/Kx times the FLOPs and an [Nx, B*T, D] intermediate."""
+    """The reference: all X experts on all tokens, then each token's K outputs picked: Nx/Kx times
+    the FLOPs and an [Nx, B*T, D] intermediate. Tests, and passes of a few rows on a device's own
+    experts under expert parallelism (`ExpertParallel.dense_rows`)."""
 
     name: str = "dense"
 
@@ -263,5 +265,5 @@ def select_experts(
         value = "ragged" if platforms == {"tpu"} else "blocked"
     backend = RAGGED if value == "ragged" else BLOCKED
     if isinstance(platform_or_mesh, Mesh) and platform_or_mesh.devices.size > 1:
-        return ExpertParallel(inner=backend, mesh=platform_or_mesh)
+        return ExpertParallel(inner=backend, mesh=platform_or_mesh, dense=DENSE)
     return backend

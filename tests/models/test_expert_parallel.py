@@ -1,12 +1,14 @@
 """Expert parallelism (`jaxeval.models.expert_parallel`) on the 8 fake CPU devices: each device runs
 its own experts, the results are the single-device ones.
 
-Meshes: fsdp (8 experts over 8 devices: the rows gathered and reduce-scattered), data_model
-(data 2, model 4: every row on the model devices, a psum) and fsdp 2 x model 4 (both).
+Meshes: fsdp (8 experts over 8 devices: the rows gathered and reduce-scattered, or round the
+ring), data_model (data 2, model 4: every row on the model devices, a psum) and fsdp 2 x model 4
+(both).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -67,7 +69,8 @@ def test_select_experts_wraps_on_several_devices(eight, monkeypatch):
     monkeypatch.delenv(E.ENV, raising=False)
     mesh = make_mesh("fsdp")
     backend = E.select_experts(mesh)
-    assert backend == ExpertParallel(inner=E.BLOCKED, mesh=mesh) and backend.name == "blocked"
+    assert backend == ExpertParallel(inner=E.BLOCKED, mesh=mesh, dense=E.DENSE)
+    assert backend.name == "blocked"
     assert E.select_experts(mesh, "ragged").inner is E.RAGGED
     assert E.select_experts(make_mesh("single")) is E.BLOCKED  # one device: as before
     assert make_runtime(mesh).experts == backend
@@ -100,11 +103,16 @@ def _block(p, x, *, moe, backend):
     return M.moe_block(p, x, moe=moe, backend=backend)
 
 
+@pytest.mark.parametrize(
+    "inner,mode",
+    [(i, m) for i in ("blocked", "ragged") for m in ("gather", "ring")] + [("blocked", "dense")],
+)
 @pytest.mark.parametrize("mesh_name", sorted(MESHES))
-@pytest.mark.parametrize("inner", ["blocked", "ragged"])
-def test_layer_equals_single_device(eight, mesh_name, inner):
+def test_layer_equals_single_device(eight, mesh_name, inner, mode):
     """16 experts, K = 3, biases and shared experts, idle experts (never routed to): the sharded
-    layer gives the single-device output, and its expert weights stay split on the experts."""
+    layer gives the single-device output, and its expert weights stay split on the experts, with
+    the rows gathered in one pass or sent round the ring (`gather_bytes`), through the grouped
+    backend or, for these 40 rows by default, every local expert on every row (`dense_rows`)."""
     preset, sizes = MESHES[mesh_name]
     mesh = make_mesh(preset, **sizes)
     moe = M.MoESpec(
@@ -118,12 +126,35 @@ def test_layer_equals_single_device(eight, mesh_name, inner):
     want = np.asarray(_block(p, x, moe=moe, backend=E.BLOCKED))
     backend = E.select_experts(mesh, inner)
     assert isinstance(backend, ExpertParallel) and expert_axes(mesh, 16)
+    assert backend.gathers(8 * 5, moe, d, 4) and 8 * 5 <= backend.dense_rows  # the defaults
+    if mode != "dense":
+        gather_bytes = 0 if mode == "ring" else 1 << 40
+        backend = dataclasses.replace(backend, gather_bytes=gather_bytes, dense_rows=0)
     placed = _placed(p, moe, d, mesh)
     assert placed["gate"].sharding.spec[0] is not None
     got = _block(placed, jax.device_put(x, batch_sharding(mesh, x.shape)), moe=moe, backend=backend)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
     text = _block.lower(placed, x, moe=moe, backend=backend).compile().as_text()
     assert not expert_weight_gathers(text, d=d, f=8), mesh_name
+    if mesh_name != "data_model":  # rows split over fsdp, an expert axis: gathered or ringed
+        ringed = any(
+            "collective-permute" in line and "/ppermute" in line for line in text.splitlines()
+        )
+        scattered = "reduce-scatter" in text or "all-reduce" in text
+        assert ringed == (mode == "ring") and (scattered or mode == "ring"), mode
+    if inner == "blocked":  # its loop over blocks, which the dense pass does not have
+        assert ("while" in text) == (mode != "dense"), mode
+
+
+def test_gather_threshold():
+    """The gather / ring choice by the gathered assignments' bytes (module docstring's figures)."""
+    mesh = make_mesh("single")
+    ep = ExpertParallel(inner=E.RAGGED, mesh=mesh)
+    mixtral = M.MoESpec(num_experts=8, top_k=2, expert_size=14336)
+    qwen3 = M.MoESpec(num_experts=128, top_k=8, expert_size=768)
+    assert ep.gathers(64, mixtral, 4096, 2)  # a decode step of 64 rows: 8.4 MB
+    assert not ep.gathers(16384, qwen3, 2048, 2)  # 16,384 scored tokens: 940 MiB
+    assert ep.gathers(4096, qwen3, 2048, 2)  # 235 MiB
 
 
 def expert_weight_gathers(hlo: str, *, d: int, f: int) -> list[str]:
