@@ -1,6 +1,6 @@
 """Regenerates the tables of docs/tpu.md by running `jaxeval plan --topology` (never typed by hand).
 
-    python bench/tpu_plans.py                 # every table (about an hour on a 2-core CPU host)
+    python bench/tpu_plans.py                 # every table (over an hour on a 2-core CPU host)
     python bench/tpu_plans.py --only smollm2  # the tables whose name starts with "smollm2"
     python bench/tpu_plans.py --check         # exit 1 if docs/tpu.md lacks a table's block
 
@@ -37,6 +37,8 @@ TABLES = {
     "llama-3-8b-v4-8": ("configs/models/llama-3-8b", "v4-8", QUICK),
     "llama-3-8b-v5e-16": ("configs/models/llama-3-8b", "v5e-16", QUICK),
     "llama-3-70b-v5e-32": ("configs/models/llama-3-70b", "v5e-32", QUICK),
+    "mixtral-8x7b-v5e-8": ("configs/models/mixtral-8x7b", "v5e-8", ["--lengths", "2048"]),
+    "qwen3-30b-a3b-v5e-8": ("configs/models/qwen3-30b-a3b", "v5e-8", ["--lengths", "2048"]),
 }
 
 

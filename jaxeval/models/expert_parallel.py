@@ -15,9 +15,11 @@ One layer on a device, n devices on the expert axes, the tokens' rows split over
                     sum over the local K of weight * expert(x), float32, one row per token
     gather          over the expert axes that also split rows (fsdp, r devices), when the r
                     shards' assignments are small (`gather_bytes`: decode steps, short batches):
-                    the rows (x, experts, weights) all-gathered, one pass of the backend over all
-                    of them, its float32 sums reduce-scattered home. Each device reads its
-                    experts' weights once per call, which is what bounds a decode step
+                    every row on every device (the call's input replicated over those axes, as
+                    `decoder.weights_stay` already keeps a decode step's rows), one pass of the
+                    backend over all of them, its float32 sums psum'd over every expert axis.
+                    Each device reads its experts' weights once per call, which bounds a decode
+                    step, and the rows come back as the dense layers around want them
     ring            the same axes, larger batches: each shard of rows travels round the r devices
                     with its float32 sum, each device adding its share, then the sum goes home:
                     r - 1 passes of the rows, r of the sums (the bytes of an all-gather and a
@@ -130,10 +132,10 @@ class ExpertParallel:
         return size <= self.gather_bytes
 
     def combine(self, p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], *,
-                moe) -> Float["B*T D"]:  # fmt: skip
+                moe, acc: Float["B*T D"] | None = None) -> Float["B*T D"]:  # fmt: skip
         axes = expert_axes(self.mesh, moe.num_experts)
         if not axes:
-            return self.inner.combine(p, x, experts, weights, moe=moe)
+            return self.inner.combine(p, x, experts, weights, moe=moe, acc=acc)
         held = moe.num_experts // math.prod(self.mesh.shape[a] for a in axes)
         rows = rows_axis(self.mesh, x.shape[0])
         row_axes = () if rows is None else (rows,) if isinstance(rows, str) else tuple(rows)
@@ -141,44 +143,49 @@ class ExpertParallel:
         reduce = tuple(a for a in axes if a not in gather)  # expert axes holding every row
         stacked = {k: p[k] for k in EXPERT_KEYS if k in p}  # [Nx, ...] each
         expert_spec = {k: PartitionSpec(_spec_entry(axes)) for k in stacked}
-        row_spec = PartitionSpec(rows)
         mesh, inner = self.mesh, self.inner
         ring = math.prod(mesh.shape[a] for a in gather)  # devices the rows travel round
         shift = [(i, (i + 1) % ring) for i in range(ring)]
         local_rows = x.shape[0] // math.prod(mesh.shape[a] for a in row_axes)
-        at_once = self.gathers(local_rows * ring, moe, x.shape[-1], x.dtype.itemsize)
-        passed = local_rows * ring if gather and at_once else local_rows  # rows of one pass
+        at_once = bool(gather) and self.gathers(
+            local_rows * ring, moe, x.shape[-1], x.dtype.itemsize
+        )
+        if at_once:  # every row on every expert device: split over the other row axes only
+            row_spec = PartitionSpec(_spec_entry(tuple(a for a in row_axes if a not in gather)))
+            reduce, gather = reduce + gather, ()
+        else:
+            row_spec = PartitionSpec(rows)
+        passed = local_rows * ring if at_once else local_rows  # rows of one pass
         if self.dense is not None and passed <= self.dense_rows:
             inner = self.dense
 
         def local(p, x, experts, weights):
             first = _device_index(axes, mesh) * held
 
-            def mine(x, experts, weights):  # float32 [B*T, D], one shard's rows, our experts
-                return inner.combine(p, x, local_ids(experts, first, held), weights, moe=moe)
+            def mine(x, experts, weights, acc=None):  # float32 [B*T, D]: one shard, our experts
+                ids = local_ids(experts, first, held)
+                return inner.combine(p, x, ids, weights, moe=moe, acc=acc)
 
             def step(_, carry):  # add this device's share, pass the rows on
                 x, experts, weights, acc = carry
-                acc = acc + mine(x, experts, weights)
+                acc = mine(x, experts, weights, acc)
                 return tuple(jax.lax.ppermute(a, gather, shift) for a in (x, experts, weights, acc))
 
-            if not gather:
+            if not gather:  # every row here (or gathered at the call: `at_once`)
                 y = mine(x, experts, weights)
-            elif at_once:  # all r shards' rows, one pass, the sums reduce-scattered home
-                every = (jax.lax.all_gather(a, gather, tiled=True) for a in (x, experts, weights))
-                y = jax.lax.psum_scatter(mine(*every), gather, scatter_dimension=0, tiled=True)
             else:  # ring - 1 passes, the last share, then the sums home
                 acc = jnp.zeros(x.shape, jnp.float32)
                 carry = jax.lax.fori_loop(
                     0, ring - 1, step, (x, experts, weights, acc), unroll=ring <= 8
                 )
-                y = jax.lax.ppermute(carry[3] + mine(*carry[:3]), gather, shift)
+                y = jax.lax.ppermute(mine(*carry), gather, shift)
             return jax.lax.psum(y, reduce) if reduce else y
 
-        return jax.shard_map(
+        out = jax.shard_map(
             local,
             mesh=mesh,
             in_specs=(expert_spec, row_spec, row_spec, row_spec),
             out_specs=row_spec,
             check_vma=False,
         )(stacked, x, experts, weights)
+        return out if acc is None else acc + out

@@ -18,6 +18,7 @@ The routing, the spec and the layer are `jaxeval.models.moe`'s; `moe` is passed 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any
 
@@ -72,13 +73,19 @@ def _held(p: dict[str, Any]) -> int:
     return p["gate"].shape[0]
 
 
+def _plus(acc: jax.Array | None, y: jax.Array) -> jax.Array:
+    """acc + y, or y without an accumulator."""
+    return y if acc is None else acc + y
+
+
 def _weighted(y: jax.Array, weights: jax.Array) -> jax.Array:
     """y * weight in their common dtype (HF's product), then float32 for the sum over the K."""
     return (y * weights[..., None]).astype(jnp.float32)
 
 
 # ---------------------------------------------------------------------------------------------
-# Expert backends: sum_k weight_k * expert_k(x) in float32, [B*T, D]
+# Expert backends: sum_k weight_k * expert_k(x) in float32, [B*T, D] (added onto `acc` when
+# given: the ring of `ExpertParallel` carries its sums through them)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -91,11 +98,11 @@ class DenseExperts:
     name: str = "dense"
 
     def combine(self, p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], *,
-                moe) -> Float["B*T D"]:  # fmt: skip
+                moe, acc: Float["B*T D"] | None = None) -> Float["B*T D"]:  # fmt: skip
         y = jax.vmap(lambda e: _expert_mlp(e, x, moe))(_experts_of(p))  # [Nx, B*T, D]
         picked = y[experts, jnp.arange(x.shape[0])[:, None]]  # [B*T, Kx, D]
         here = (experts < _held(p))[..., None]  # [B*T, Kx, 1]
-        return jnp.where(here, _weighted(picked, weights), 0.0).sum(axis=1)
+        return _plus(acc, jnp.where(here, _weighted(picked, weights), 0.0).sum(axis=1))
 
 
 def _sort_by_expert(experts: Int["B*T Kx"], num_experts: int):
@@ -125,14 +132,40 @@ def ragged_matmul(h: Float["B*T*Kx D"], w: Float["Nx D F"], sizes: jax.Array) ->
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RaggedExperts:
     """`jax.lax.ragged_dot` over the assignments sorted by expert: native on XLA:TPU, a dense
-    computation over all experts on XLA:CPU and GPU (module docstring)."""
+    computation over all experts on XLA:CPU and GPU (module docstring).
+
+    Holding every expert (one device), one pass over all B*T*K assignments. Holding X' < X of
+    them (a device under expert parallelism, assignments to the others marked "not here"), only
+    about B*T*K X'/X of the sorted assignments are this device's: they run in passes of `rows`
+    = 1.25 times that share (rounded up to 128), `pass_rows` if given, in a loop that ends when
+    they are done, usually after one pass; no assignment is dropped. The gathers, products and
+    sums then cover the device's own assignments instead of all B*T*K rows (8 times fewer for
+    Qwen3-30B-A3B on 8 chips).
+    """
 
     name: str = "ragged"
+    pass_rows: int | None = None
+    share_margin: float = 1.25
+    row_multiple: int = 128
+
+    def rows_per_pass(self, assignments: int, held: int, num_experts: int) -> int:
+        """Rows of one pass over the sorted assignments (class docstring): all of them when every
+        expert is held."""
+        if self.pass_rows is not None:
+            return max(1, min(assignments, self.pass_rows))
+        if held >= num_experts:
+            return assignments
+        share = math.ceil(self.share_margin * assignments * held / num_experts)
+        share = -(-share // self.row_multiple) * self.row_multiple
+        return min(assignments, share)
 
     def combine(self, p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], *,
-                moe) -> Float["B*T D"]:  # fmt: skip
+                moe, acc: Float["B*T D"] | None = None) -> Float["B*T D"]:  # fmt: skip
         n, k = experts.shape
         held = _held(p)
+        m = self.rows_per_pass(n * k, held, moe.num_experts)
+        if m < n * k:
+            return _ragged_passes(p, x, experts, weights, moe, held, m, acc)
         order, sizes = _sort_by_expert(experts, held)
         rows = x[order // k]  # [B*T*Kx, D] sorted by expert
         chosen = experts.reshape(-1)[order]  # [B*T*Kx]
@@ -146,7 +179,47 @@ class RaggedExperts:
         y = grouped(_glu(g, u, moe), p["down"], p.get("down_bias"))  # [B*T*Kx, D]
         y = jnp.where((chosen < held)[:, None], y, 0)  # rows past the groups: not here
         y = jnp.zeros_like(y).at[order].set(y).reshape(n, k, -1)  # back to token order
-        return _weighted(y, weights).sum(axis=1)
+        return _plus(acc, _weighted(y, weights).sum(axis=1))
+
+
+def _ragged_passes(p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], moe,
+                   held: int, m: int, acc: Float["B*T D"] | None) -> Float["B*T D"]:  # fmt: skip
+    """`RaggedExperts.combine` in passes of m of the sorted assignments to the `held` experts
+    here (those to other experts sort last and are never read): pass c takes sorted positions
+    [c m, c m + m), each expert's group cut to that window, and adds its rows' weighted outputs
+    to their tokens in float32 (onto `acc` when given); the loop runs ceil(here / m) passes."""
+    n, k = experts.shape
+    order, sizes = _sort_by_expert(experts, held)
+    ends = jnp.cumsum(sizes)
+    starts = ends - sizes
+    total = ends[-1]  # assignments here
+    slots = -(-(n * k) // m) * m  # the sorted positions, padded to whole passes
+    order = jnp.concatenate([order, jnp.zeros((slots - n * k,), jnp.int32)])
+    flat_experts, flat_weights = experts.reshape(-1), weights.reshape(-1)
+
+    def one_pass(c, acc):
+        lo = c * m
+        idx = jax.lax.dynamic_slice_in_dim(order, lo, m)  # [m] assignments token * K + k
+        here = lo + jnp.arange(m, dtype=jnp.int32) < total
+        window = jnp.clip(ends, lo, lo + m) - jnp.clip(starts, lo, lo + m)  # [held] group sizes
+        chosen = jnp.minimum(flat_experts[idx], held - 1)  # expert of each row (biases)
+        token = idx // k
+        rows = x[token]  # [m, D]
+
+        def grouped(h, w, bias):
+            y = ragged_matmul(h, w.astype(h.dtype), window)
+            return y if bias is None else y + bias[chosen].astype(h.dtype)
+
+        g = grouped(rows, p["gate"], p.get("gate_bias"))
+        u = grouped(rows, p["up"], p.get("up_bias"))
+        y = grouped(_glu(g, u, moe), p["down"], p.get("down_bias"))  # [m, D]
+        y = jnp.where(here[:, None], y, 0)  # rows past the groups
+        w = jnp.where(here, flat_weights[idx], 0)
+        return acc.at[token].add(_weighted(y, w))
+
+    passes = (total + m - 1) // m
+    start = jnp.zeros((n, x.shape[-1]), jnp.float32) if acc is None else acc
+    return jax.lax.fori_loop(0, passes, one_pass, start)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -186,7 +259,7 @@ class BlockedExperts:
         return (assignments + min(num_experts, assignments) * (m - 1)) // m
 
     def combine(self, p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], *,
-                moe) -> Float["B*T D"]:  # fmt: skip
+                moe, acc: Float["B*T D"] | None = None) -> Float["B*T D"]:  # fmt: skip
         n, k = experts.shape
         held = _held(p)
         m = self.block_size(n * k, moe.num_experts)  # the whole layer's rule, also on X/n experts
@@ -204,8 +277,8 @@ class BlockedExperts:
             xb = x.at[tok].get(mode="fill", fill_value=0)  # the block's m rows of x
             return acc.at[tok].add(_weighted(_expert_mlp(e, xb, moe), w), mode="drop")
 
-        acc = jnp.zeros((n, x.shape[-1]), jnp.float32)
-        return jax.lax.fori_loop(0, used, body, acc)
+        start = jnp.zeros((n, x.shape[-1]), jnp.float32) if acc is None else acc
+        return jax.lax.fori_loop(0, used, body, start)
 
 
 def _block_layout(experts: Int["B*T Kx"], weights: Float["B*T Kx"], num_experts: int, m: int,

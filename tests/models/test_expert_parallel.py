@@ -105,7 +105,8 @@ def _block(p, x, *, moe, backend):
 
 @pytest.mark.parametrize(
     "inner,mode",
-    [(i, m) for i in ("blocked", "ragged") for m in ("gather", "ring")] + [("blocked", "dense")],
+    [(i, m) for i in ("blocked", "ragged", "ragged_passes") for m in ("gather", "ring")]
+    + [("blocked", "dense")],
 )
 @pytest.mark.parametrize("mesh_name", sorted(MESHES))
 def test_layer_equals_single_device(eight, mesh_name, inner, mode):
@@ -124,7 +125,9 @@ def test_layer_equals_single_device(eight, mesh_name, inner, mode):
     p["router_bias"][12:] = -50.0  # experts 12.. almost never chosen
     x = np.random.default_rng(5).standard_normal((8, 5, d)).astype(np.float32)
     want = np.asarray(_block(p, x, moe=moe, backend=E.BLOCKED))
-    backend = E.select_experts(mesh, inner)
+    backend = E.select_experts(mesh, inner.removesuffix("_passes"))
+    if inner == "ragged_passes":  # each device's assignments in passes of 4 rows (the loop)
+        backend = dataclasses.replace(backend, inner=E.RaggedExperts(pass_rows=4))
     assert isinstance(backend, ExpertParallel) and expert_axes(mesh, 16)
     assert backend.gathers(8 * 5, moe, d, 4) and 8 * 5 <= backend.dense_rows  # the defaults
     if mode != "dense":

@@ -453,7 +453,9 @@ def test_backends_agree():
     sizes = np.bincount(np.asarray(experts).ravel(), minlength=spec.num_experts)
     assert (sizes == 0).any() and (sizes > 3).any(), sizes  # idle experts, multi-block groups
     want = np.asarray(want)
-    for backend in [E.RAGGED, E.BLOCKED, E.BlockedExperts(block=1), E.BlockedExperts(block=3)]:
+    backends = [E.RAGGED, E.BLOCKED, E.BlockedExperts(block=1), E.BlockedExperts(block=3)]
+    backends += [E.RaggedExperts(pass_rows=r) for r in (1, 5, 16)]  # 42 assignments in passes
+    for backend in backends:
         got = block_fn(p, x, moe=spec, backend=backend)
         np.testing.assert_allclose(
             np.asarray(got), want, rtol=1e-6, atol=1e-6 * np.abs(want).max(), err_msg=str(backend)
@@ -469,6 +471,15 @@ def test_block_layout_docstring_example():
     assert token.tolist() == [1, 4, 0, 2, 3, 5, 5, 5]  # 5 = B*T marks padding
     assert weight.tolist() == [2.0, 5.0, 1.0, 3.0, 4.0, 0.0, 0.0, 0.0]
     assert int(used) == 3 and block_expert.tolist()[:3] == [0, 2, 2]
+
+
+def test_ragged_pass_rule():
+    """One pass holding every expert; 1.25 times the share here, in multiples of 128, else."""
+    r = E.RAGGED
+    assert r.rows_per_pass(65536, 128, 128) == 65536
+    assert r.rows_per_pass(65536, 16, 128) == 10240  # Qwen3-30B-A3B on 8 chips: 8,192 expected
+    assert r.rows_per_pass(40, 2, 16) == 40  # never more than all of them
+    assert E.RaggedExperts(pass_rows=7).rows_per_pass(40, 16, 16) == 7
 
 
 def test_block_size_rule():
