@@ -17,7 +17,14 @@ import pytest
 from jaxeval.errors import JaxevalError
 from jaxeval.models.families import spec_from_config
 from jaxeval.plan.compiled import plan_topology
-from jaxeval.plan.costs import Compiled, estimated_cycles, first_layers, hlo_facts, layer_period
+from jaxeval.plan.costs import (
+    Compiled,
+    estimated_cycles,
+    first_layers,
+    hlo_facts,
+    kernel_costs,
+    layer_period,
+)
 from jaxeval.plan.jobs import attention_flops
 from jaxeval.plan.memory import read_config
 from jaxeval.plan.report import TopologyPlan, fix_for
@@ -279,6 +286,38 @@ def test_estimated_cycles_count_loops_by_their_trip_counts():
         estimated_cycles(HLO_WITH_A_LOOP.replace("direction=LT", "direction=NE"))
         == 100 + 7 + 14 + 9
     )
+
+
+KERNEL = (
+    '  %r = f32[640,768] custom-call(%a), custom_call_target="tpu_custom_call", '
+    'backend_config={"custom_call_config":{"cost_estimate":{"flops":"{F}","transcendentals":"0",'
+    '"bytes_accessed":"{B}","remote_bytes_transferred":"0"}}}\n'
+)
+
+
+def test_kernels_count_at_the_roofline_of_what_they_declare():
+    """A Pallas / Mosaic custom call has no `estimated_cycles` but declares its FLOPs and bytes:
+    summed with loop trip counts like the cycles (30 in the loop, 2 known: 32 x 1e9 FLOPs in the
+    body, 1e6 in the entry), and added to the estimate at the chip's roofline."""
+    body = KERNEL.replace("{F}", "1000000000").replace("{B}", "4000")
+    entry = KERNEL.replace("{F}", "1000000").replace("{B}", "8000000000")
+    text = HLO_WITH_A_LOOP.replace(
+        "%body (p: (s32[], f32[])) -> (s32[], f32[]) {\n",
+        "%body (p: (s32[], f32[])) -> (s32[], f32[]) {\n" + body,
+    )
+    text = text.replace(
+        "ENTRY %main (a: f32[]) -> f32[] {\n", "ENTRY %main (a: f32[]) -> f32[] {\n" + entry
+    )
+    assert kernel_costs(text) == (32e9 + 1e6, 32 * 4000 + 8e9)
+    assert estimated_cycles(text) == 333  # the kernels add no cycles of their own
+    assert kernel_costs(HLO_WITH_A_LOOP) == (0.0, 0.0)
+    topo = get_topology("v5e-8")
+    flops, nbytes = kernel_costs(text)
+    c = Compiled(name="s", kind="score", tokens=1, useful_flops=1.0, cycles=333.0,
+                 kernel_flops=flops, kernel_bytes=nbytes)  # fmt: skip
+    kernels = max(flops / topo.chip.peak_flops, nbytes / topo.chip.hbm_bandwidth)
+    assert c.estimate_s(topo) == pytest.approx(333 / topo.chip.clock_hz + kernels)
+    assert kernels == nbytes / topo.chip.hbm_bandwidth  # 8 GB: the bytes bind here
 
 
 def _plan_of(*executables: Compiled, topology: str = "v5e-8", param_bytes: int = GIB):

@@ -17,8 +17,10 @@ executable, per chip:
     FLOPs     the compiler's `cost_analysis`: its FLOPs and bytes accessed, every layer counted
               (`layer_costs`; `--no_layer_costs`: as reported, a scanned layer once)
     roofline  max(FLOPs / peak, bytes / HBM bandwidth) and the tokens per second it implies
-    estimate  the compiler's cycle estimate (`costs.estimated_cycles`) at the chip's clock, and
-              the MFU it implies; neither is measured on hardware
+    estimate  the compiler's cycle estimate (`costs.estimated_cycles`) at the chip's clock, plus
+              the Pallas and Mosaic kernels it gives no cycles at the roofline of the FLOPs and
+              bytes they declare (`costs.kernel_costs`), and the MFU it implies; neither is
+              measured on hardware
     useful    model FLOPs / compiled FLOPs: 2 x (active, non-embedding) parameters per token, the
               LM head over the score points only, and causal attention (each query over the keys
               before it, within its window)

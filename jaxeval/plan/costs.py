@@ -14,8 +14,10 @@ counting compiles with `COUNTING_OPTIONS`). Per executable, per chip:
     roofline  max(FLOPs / peak, bytes / HBM bandwidth): a bound, not a measurement
     estimate  the compiler's own cost model: its `estimated_cycles` per fusion and op, summed over
               the optimized HLO with loops counted by their trip counts (`estimated_cycles`),
-              over the chip's clock; nearer a device time than the roofline, still not a
-              measurement
+              over the chip's clock, plus the kernels it gives no cycles (Pallas and Mosaic
+              `tpu_custom_call`s: attention, the grouped expert matmuls) at the roofline of
+              the FLOPs and bytes each declares (`kernel_costs`); nearer a device time than
+              the roofline, still not a measurement
     HLO       collectives, Pallas kernels (tpu_custom_call), CPU custom calls, host transfers
 """
 
@@ -65,6 +67,8 @@ class Compiled:
     layers_counted: bool = True
     once_bytes: float = 0.0  # a loop's executable: bytes moved once per call, outside its steps
     cycles: float = 0.0  # the compiler's estimate for one call (`estimated_cycles`)
+    kernel_flops: float = 0.0  # what the kernels without a cycle estimate declare (`kernel_costs`)
+    kernel_bytes: float = 0.0
     count_error: str | None = None  # why the counting compiles failed (the compiler's counts then)
     cached: bool = False  # figures read from the plan's cache (`figures.FigureCache`), not compiled
 
@@ -76,8 +80,12 @@ class Compiled:
         return max(self.flops / topo.chip.peak_flops, self.bytes_accessed / topo.chip.hbm_bandwidth)
 
     def estimate_s(self, topo: Topology) -> float:
-        """The compiler's cycle estimate in seconds at the chip's clock."""
-        return self.cycles / topo.chip.clock_hz
+        """The compiler's cycle estimate in seconds at the chip's clock, plus the kernels it does
+        not estimate at the roofline of what they declare."""
+        kernels = max(
+            self.kernel_flops / topo.chip.peak_flops, self.kernel_bytes / topo.chip.hbm_bandwidth
+        )
+        return self.cycles / topo.chip.clock_hz + kernels
 
     def fits(self, topo: Topology) -> bool:
         """Compiled, and within the HBM the compiler allows a program on the chip."""
@@ -144,6 +152,32 @@ CONSTANT = re.compile(r"%([\w.\-]+) = s32\[\]\S* constant\((\d+)\)")
 BOUND = re.compile(r"ROOT .* compare\(%([\w.\-]+), %([\w.\-]+)\), direction=LT")
 
 
+KERNEL_FLOPS = re.compile(r'"cost_estimate":\{"flops":"(\d+)"')
+KERNEL_BYTES = re.compile(r'"cost_estimate":\{[^}]*"bytes_accessed":"(\d+)"')
+
+
+def _kernel_figure(pattern: re.Pattern) -> Callable[[str], float]:
+    """A line's declared kernel figure (`pattern`), for a custom call with no cycle estimate."""
+
+    def value(line: str) -> float:
+        if " custom-call(" not in line or CYCLES.search(line):
+            return 0.0
+        m = pattern.search(line)
+        return float(m[1]) if m else 0.0
+
+    return value
+
+
+def kernel_costs(text: str) -> tuple[float, float]:
+    """(FLOPs, bytes) one call's kernels declare, counted as `estimated_cycles` counts (loops by
+    their trip counts): the custom calls the compiler gives no `estimated_cycles` but a
+    `cost_estimate` (Pallas and Mosaic kernels; XLA's grouped matmul declares its padded rows)."""
+    return (
+        _hlo_sum(text, _kernel_figure(KERNEL_FLOPS)),
+        _hlo_sum(text, _kernel_figure(KERNEL_BYTES)),
+    )
+
+
 def estimated_cycles(text: str) -> float:
     """The TPU compiler's estimate of one call's cycles, from an optimized HLO module's text.
 
@@ -162,8 +196,20 @@ def estimated_cycles(text: str) -> float:
         %body { %g = fusion(...), ..."estimated_cycles":"7"... }
 
     the estimate is 100 + 30 x 7 = 310 cycles. A loop with a data-dependent end (the decode
-    chunk's `while_loop` over steps) counts once: one step.
+    chunk's `while_loop` over steps, a device's passes over its expert assignments) counts once:
+    one step, one pass. Kernels get no cycles here (`kernel_costs`).
     """
+
+    def cycles(line: str) -> float:
+        m = CYCLES.search(line)
+        return float(m[1]) if m else 0.0
+
+    return _hlo_sum(text, cycles)
+
+
+def _hlo_sum(text: str, value: Callable[[str], float]) -> float:
+    """`value(line)` summed over an optimized HLO module's entry computation and what it calls,
+    loops by their trip counts (`estimated_cycles`'s walk)."""
     bodies: dict[str, list[str]] = {}
     entry, current = "", None
     for line in text.splitlines():
@@ -198,8 +244,7 @@ def estimated_cycles(text: str) -> float:
             seen[name] = 0.0  # a cycle in the call graph (none in valid HLO) counts nothing
             cycles = 0.0
             for line in bodies.get(name, ()):
-                m = CYCLES.search(line)
-                cycles += float(m[1]) if m else 0.0
+                cycles += value(line)
                 if " while(" in line:
                     cycles += trips(line) * sum(total(b) for b in called(line, "body"))
                 elif " conditional(" in line:
@@ -247,6 +292,7 @@ def job_figures(
             "facts": {k: float(v) for k, v in executables.describe(job.key).items()},
             "hlo": hlo_facts(text),
             "cycles": estimated_cycles(text),
+            "kernels": kernel_costs(text),
             "compile_s": time.perf_counter() - start,
         }
     if cache is not None:
@@ -294,6 +340,8 @@ def compile_job(
         layers_counted=cost is not None,
         once_bytes=once[0] if once else 0.0,
         cycles=figures["cycles"],
+        kernel_flops=figures["kernels"][0],
+        kernel_bytes=figures["kernels"][1],
         count_error=count_error,
         cached=bool(figures.get("cached")),
         **figures["hlo"],

@@ -31,7 +31,7 @@ from jaxeval.paths import cache_dir
 
 ENV_VAR = "JAXEVAL_PLAN_CACHE"
 OFF = frozenset({"", "0", "off", "false", "none", "no"})
-VERSION = 1  # of what a file holds; a change of the figures' meaning bumps it
+VERSION = 2  # of what a file holds; a change of the figures' meaning bumps it (2: "kernels")
 
 
 def devices_of(job: Job) -> list[tuple[Any, ...]]:
