@@ -28,11 +28,11 @@ One layer on a device, n devices on the expert axes, the tokens' rows split over
     psum            over the expert axes that do not split rows (model)
 
 A pass over at most `dense_rows` rows (gathered: a decode step) runs every local expert on every
-row (`dense`, `experts.DenseExperts`: held x rows expert rows, a few milliseconds of FLOPs at most) instead
-of the grouped backend: XLA's own matmuls read each layer's expert weights where they lie in the
-stacked parameters, while a grouped-matmul kernel (`ragged_dot` on TPUs) takes its operand as a
-buffer, so every step first copies the layer's expert weights out of the stack (three times the
-weight bytes that bound the step).
+row (`dense`, `experts.DenseExperts`: held x rows expert rows, a few milliseconds of FLOPs at
+most) instead of the grouped backend: XLA's own matmuls read each layer's expert weights where
+they lie in the stacked parameters, while a grouped-matmul kernel (`ragged_dot` on TPUs) takes
+its operand as a buffer, so every step first copies the layer's expert weights out of the stack
+(three times the weight bytes that bound the step).
 
 Nothing is dropped (no capacity): a device's groups hold every assignment to its experts. Its
 result is the single-device one up to the order of the float32 sum over the K (1e-6 relative).

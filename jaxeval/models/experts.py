@@ -136,9 +136,10 @@ class RaggedExperts:
 
     Holding every expert (one device), one pass over all B*T*K assignments. Holding X' < X of
     them (a device under expert parallelism, assignments to the others marked "not here"), only
-    about B*T*K X'/X of the sorted assignments are this device's: they run in passes of `rows`
-    = 1.25 times that share (rounded up to 128), `pass_rows` if given, in a loop that ends when
-    they are done, usually after one pass; no assignment is dropped. The gathers, products and
+    about B*T*K X'/X of the sorted assignments are this device's: they run in passes of
+    `share_margin` (1.25) times that share, rounded up to `row_multiple` (128) rows, or of
+    `pass_rows` if given, in a loop that ends when they are done, usually after one pass; no
+    assignment is dropped. The gathers, products and
     sums then cover the device's own assignments instead of all B*T*K rows (8 times fewer for
     Qwen3-30B-A3B on 8 chips).
     """
