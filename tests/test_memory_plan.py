@@ -3,11 +3,14 @@ guides' rows recomputed by hand from the public configs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from jaxeval.cli import main
 from jaxeval.errors import JaxevalError
-from jaxeval.plan.memory import plan_memory, read_config
+from jaxeval.models.families import spec_from_config
+from jaxeval.plan.memory import expert_width_ways, plan_memory, read_config
 from jaxeval.platform.mesh import make_abstract_mesh as abstract_mesh
 from tests.conftest import REPO
 
@@ -44,6 +47,17 @@ def test_qwen3_moe_experts_split_over_the_model_axis_by_hand():
     embeddings = 2 * V * D // 4
     norms = L * (2 * D + 2 * E) + D
     assert plan.param_bytes == 2 * (experts + router + attention + embeddings + norms)
+
+
+def test_expert_width_splits_only_without_expert_parallelism():
+    """An expert's width Fx splits over model only where the experts dimension does not take it:
+    Qwen3-30B-A3B's 128 experts on model 4 are whole per device; 6 experts cannot split 4 ways,
+    so each expert's width does."""
+    spec = spec_from_config(read_config(str(MODELS / "qwen3-30b-a3b")))
+    mesh = abstract_mesh("data_model", 8, model=4)
+    assert expert_width_ways(mesh, spec) == 1
+    six = dataclasses.replace(spec, moe=dataclasses.replace(spec.moe, num_experts=6, top_k=2))
+    assert expert_width_ways(mesh, six) == 4
 
 
 def test_llama3_8b_on_8_devices_by_hand():

@@ -44,7 +44,7 @@ from jaxeval.lm.args import parse_model_args
 from jaxeval.models.decoder import attention_block_size
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.loader import read_hf_config
-from jaxeval.models.sharding import cache_shardings, param_shardings, split_ways
+from jaxeval.models.sharding import cache_shardings, logical_sharding, param_shardings, split_ways
 from jaxeval.platform.mesh import batch_shards, make_abstract_mesh
 
 GIB = 1 << 30
@@ -102,6 +102,18 @@ class MemoryPlan:
                 f"  device memory {device_memory_gib:g} GiB: {verdict} ({free / GIB:+.2f} GiB left)"
             )
         return "\n".join(lines)
+
+
+def expert_width_ways(mesh: Any, spec: Any) -> int:
+    """How many ways an expert's hidden width splits, as the rule table lays out the stacked
+    gate [X, D, Fx]: none when the experts dimension takes the model axis (expert parallelism),
+    else `expert_mlp`'s axis."""
+    m = spec.moe
+    axes = ("experts", "embed", "expert_mlp")
+    axis = logical_sharding(mesh, axes, (m.num_experts, spec.hidden_size, m.expert_size)).spec[2]
+    if axis is None:
+        return 1
+    return math.prod(mesh.shape[a] for a in ((axis,) if isinstance(axis, str) else axis))
 
 
 def active_param_count(spec: Any) -> int:
@@ -181,7 +193,7 @@ def plan_memory(
         # gate/up [Kx, 2*Fx] (Fx over `model` when split), the router's float32 scores [Nx] and
         # the shared experts' [2*Fs]; the dense first layers' MLP if it is wider
         m = spec.moe
-        expert = m.expert_size // split_ways(mesh, "expert_mlp", m.expert_size)
+        expert = m.expert_size // expert_width_ways(mesh, spec)
         experts = m.top_k * (2 * spec.hidden_size + 2 * expert) * item + m.num_experts * 4
         experts += 2 * m.shared_size * item
         ffn = max(experts, ffn if spec.dense_layers else 0)
