@@ -19,8 +19,9 @@ from jax.sharding import Mesh
 
 from jaxeval.kernels.generate import StopTable
 from jaxeval.lm.executables import Executables
-from jaxeval.lm.generate.engine import ADMIT_TOKENS, ContinuousEngine, EngineTarget
+from jaxeval.lm.generate.engine import ContinuousEngine, EngineTarget
 from jaxeval.lm.generate.plan import prefill_bucket
+from jaxeval.lm.generate.sizing import ADMIT_TOKENS
 from jaxeval.lm.generate.stops import BUFFER_BYTES
 from jaxeval.lm.score.buckets import Bucket, BucketSet
 from jaxeval.lm.score.scorer import Scorer
@@ -172,7 +173,7 @@ def generation_jobs(
     def engine(sp, rt, pa):
         return abstract_engine(sp, rt, pa, rows=rows, slots=slots, n_new=n_new, sample=False)
 
-    # one `admit` call as `engine.admission_chunks` cuts them: U distinct prompts of one
+    # one `admit` call as `schedule.admission_chunks` cuts them: U distinct prompts of one
     # padded width while U x width <= ADMIT_TOKENS, a longer prompt alone
     width = prefill_bucket(prompt)
     admitted = min(rows, pow2_at_most(max(1, ADMIT_TOKENS // width)))

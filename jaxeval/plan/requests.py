@@ -29,17 +29,17 @@ import numpy as np
 from jaxeval.evaluator import simple_evaluate
 from jaxeval.lm.base import LM
 from jaxeval.lm.encoding import Encoder, rolling_windows
-from jaxeval.lm.generate.engine import admission_chunks, engine_shape, tail_rows, tail_threshold
+from jaxeval.lm.generate.engine import engine_shape
 from jaxeval.lm.generate.generator import Generator
 from jaxeval.lm.generate.kwargs import SamplingDefaults
 from jaxeval.lm.generate.plan import Prompt, prefill_bucket, request_pairs
 from jaxeval.lm.generate.prefixes import PrefixGroup, shared_prefixes
+from jaxeval.lm.generate.schedule import Schedule
 from jaxeval.lm.generate.sizing import engine_rows
 from jaxeval.lm.jax_lm import truncate_all
 from jaxeval.lm.model_config import JaxLMConfig
 from jaxeval.lm.score.buckets import Bucket, BucketSet
 from jaxeval.lm.score.planner import ScorePlan, plan_score_batches
-from jaxeval.shapes import pow2_at_least
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -216,7 +216,8 @@ class RequestRecorder(LM):
         return [""] * len(requests)
 
     def _schedule(self, prompts: Sequence[Prompt], tasks: Sequence[str]) -> None:
-        """`engine.run_continuous`'s loop, every row running to its budget (module docstring)."""
+        """`engine.run_continuous`'s loop on its `Schedule`, every row running to its budget
+        (module docstring)."""
         s, config = self.setup, self.setup.config.gen_config
         if config.continuous is False:
             raise NotImplementedError("the plan follows the continuous engine (the default)")
@@ -239,81 +240,55 @@ class RequestRecorder(LM):
         task_of = {id(pr): t for pr, t in zip(prompts, tasks)}
         first = tasks[0]
         self._use(("init", rows, slots, n_new), "init", (rows, *shape), first, 1)
-        no_prefix = len(groups)
-        groups = [*groups, PrefixGroup((), ())]
-        items = []  # (group, prompt, copy, start)
-        for gi, g in enumerate(groups):
-            for i in g.members:
-                pr = prompts[i]
-                items += [(gi if g.tokens else no_prefix, pr, j, len(g.tokens)) for j in range(pr.copies)]  # fmt: skip
-        if config.admission == "request":
-            items.sort(key=lambda it: (it[0], it[1].request_index, it[2]))
-        else:
-            items.sort(key=lambda it: (it[0], -it[1].max_new, -len(it[1].tokens), it[1].request_index, it[2]))  # fmt: skip
-        queue = list(reversed(items))
-        free, occupant, seen, step, engine = list(range(rows)), {}, set(), 0, rows
-        while queue or occupant:
-            while queue and free:
-                head = queue[-1]
-                taken = []
-                while queue and len(taken) < len(free) and queue[-1][0] == head[0]:
-                    taken.append(queue.pop())
-                group = groups[head[0]]
-                width_p = prefill_bucket(len(group.tokens)) if group.tokens else 0
-                if head[0] not in seen and group.tokens:
-                    task = task_of[id(head[1])]
+        schedule = Schedule(prompts, groups, rows=rows, shards=s.shards, config=config)
+        ends: dict[int, int] = {}  # engine row -> the step its prompt's budget runs out
+        step = 0
+        while schedule.busy:
+            engine = schedule.rows
+            for admission in schedule.admit():
+                width_p = prefill_bucket(len(admission.prefix)) if admission.prefix else 0
+                if admission.first:
+                    task = task_of[id(admission.calls[0].items[0].prompt)]
                     self._use(("prefix", width_p), "prefix", (rows, *shape, width_p), task, 1)
-                seen.add(head[0])
-                start = len(group.tokens)
-                chunks = admission_chunks([_Chunked(it[1]) for it in taken], start)
-                at = 0
-                for chunk in chunks:
-                    mine = taken[at : at + len(chunk)]
-                    at += len(chunk)
-                    uniq = list({id(it[1]): it[1] for it in mine}.values())
-                    u, r = pow2_at_least(len(uniq), 1), pow2_at_least(len(mine), 1)
-                    width = prefill_bucket(max(len(p.tokens) - start for p in uniq))
-                    key = ("admit", engine, slots, n_new, sample, u, r, width_p, width)
-                    for it in mine:
-                        self._use(key, "admit", (engine, *shape, u, r, width_p, width), task_of[id(it[1])], 1 / len(mine))  # fmt: skip
-                        occupant[free.pop(0)] = (it, step + it[1].max_new)
-            if config.tail and not queue and occupant:
-                target = tail_rows(len(occupant), engine, s.shards)
-                if target < engine:
-                    key = ("shrink", engine, target, slots, n_new)
-                    self._use(key, "shrink", (engine, *shape, target), first, 1)
-                    live = sorted(occupant)
-                    occupant = {new: occupant[old] for new, old in enumerate(live)}
-                    free = list(range(len(live), target))
-                    engine = target
-            if queue:
-                want = len(free) + min(len(queue), max(1, rows // 4) if config.refill_rows is None else int(config.refill_rows))  # fmt: skip
-            else:
-                low = tail_threshold(engine, s.shards) if config.tail else 0
-                want = engine - low if low else engine + 1
-            ends = sorted(end for _, end in occupant.values())
+                for call in admission.calls:
+                    key = (
+                        "admit",
+                        engine,
+                        slots,
+                        n_new,
+                        sample,
+                        call.u,
+                        call.r,
+                        width_p,
+                        call.width,
+                    )
+                    detail = (engine, *shape, call.u, call.r, width_p, call.width)
+                    for it, row in zip(call.items, call.rows):
+                        self._use(key, "admit", detail, task_of[id(it.prompt)], 1 / len(call.items))
+                        ends[row] = step + it.prompt.max_new
+            move = schedule.tail()
+            if move is not None:
+                target, keep = move
+                key = ("shrink", engine, target, slots, n_new)
+                self._use(key, "shrink", (engine, *shape, target), first, 1)
+                ends = {new: ends[old] for new, old in enumerate(keep) if old in ends}
+                engine = target
+            want = schedule.want()
+            occupant = schedule.occupant
             idle = engine - len(occupant)  # rows with nothing in them count as done
             need = max(0, want - idle)
-            until = ends[min(need, len(ends)) - 1] if need and ends else step
+            order = sorted(ends[row] for row in occupant)
+            until = order[min(need, len(order)) - 1] if need and order else step
             steps = max(0, until - step)
-            live = [task_of[id(it[1])] for it, _ in occupant.values()]
+            live = [task_of[id(it.prompt)] for it in occupant.values()]
             key = ("decode", engine, slots, n_new, sample, 1)
             for task in live:
                 self._use(key, "decode", (engine, *shape), task, steps / len(live), first)
             self._use(("peek", engine, slots, n_new), "peek", (engine, *shape), first, 0)
             step = until
-            for row in sorted(occupant):
-                if occupant[row][1] <= step:
-                    del occupant[row]
-                    free.append(row)
-            free.sort()
-
-
-@dataclasses.dataclass(frozen=True)
-class _Chunked:
-    """An item as `admission_chunks` reads it (`.prompt`)."""
-
-    prompt: Prompt
+            done = [row for row in occupant if ends[row] <= step]
+            for row, _ in schedule.finish(done):
+                del ends[row]
 
 
 def score_buckets_of(uses: dict[Hashable, Use]) -> list[Bucket]:

@@ -111,7 +111,7 @@ def test_tail_moves_keep_every_token():
 
 
 def test_tail_rows_and_threshold():
-    from jaxeval.lm.generate.engine import tail_rows, tail_threshold
+    from jaxeval.lm.generate.schedule import tail_rows, tail_threshold
 
     assert [tail_rows(n, 8, 1) for n in range(1, 9)] == [1, 2, 4, 4, 8, 8, 8, 8]
     assert [tail_rows(n, 12, 1) for n in (3, 4, 5, 6)] == [4, 4, 12, 12]  # 8 is over half of 12
@@ -340,12 +340,13 @@ def test_sliding_window_family_refill(family):
 def test_admission_chunks_bound_the_padded_prefill():
     """Long prompts prefill alone or in pairs within ADMIT_TOKENS; short ones batch; copies of a
     prompt stay in one call; every item is admitted once, in queue order (the docstring's case)."""
-    from jaxeval.lm.generate.engine import ADMIT_TOKENS, _Item, admission_chunks
     from jaxeval.lm.generate.plan import pow2_at_least, prefill_bucket
+    from jaxeval.lm.generate.schedule import Item, admission_chunks
+    from jaxeval.lm.generate.sizing import ADMIT_TOKENS
 
     def item(n, copy=0, prompt=None):
         pr = prompt or types.SimpleNamespace(tokens=tuple(range(n)))
-        return _Item(pr, copy, 0, 0)
+        return Item(pr, copy, 0, 0)
 
     long = [item(n) for n in (1233, 1006, 953, 858)]
     chunks = admission_chunks(long, 0)

@@ -39,7 +39,7 @@ class GenConfig:
                         (0: never)
     refill_rows         free rows that end a decode chunk (None: a quarter of the engine rows)
     admission           "longest" (expected output, then prompt) or "request" order
-    tail                the queue's tail decodes in smaller engines (`gen_engine.tail_rows`)
+    tail                the queue's tail decodes in smaller engines (`schedule.tail_rows`)
     shrink_last_batch   the static plan cuts each shape's last batch to the rows it has
     fit_rows            the continuous engine's rows halve until its cache fits the memory left
                         (`sizing.engine_rows`); False: `batch_size` was asked for explicitly

@@ -16,7 +16,7 @@
    expected output (`max_new`) first, then longest prompt (lm-eval's order), then request index.
    Free rows take the queue's head; one `admit` call prefills the distinct prompts among the admitted
    copies once (U prompts -> R rows, both powers of two, suffixes padded to a `prefill_bucket`),
-   in calls of at most ADMIT_TOKENS padded tokens (`admission_chunks`).
+   in calls of at most ADMIT_TOKENS padded tokens (`schedule.admission_chunks`).
 3. **Decode chunks** run until every row is done or enough rows are free to refill
    (`refill_rows`, or every remaining request when fewer are queued); the host reads the finished
    rows, frees them and admits the next prompts.
@@ -34,6 +34,10 @@ buckets, each compiled once by the Generator's `Executables` (`Generator.compile
 decode chunks, reads and moves are queued at the start on its background compile thread
 (`ContinuousEngine.compile_ahead`), so they compile while the main thread compiles and runs the
 admissions.
+
+The queue, the rows and the moves are `schedule.Schedule`'s (pure Python, shared with the
+planner, `jaxeval.plan.requests`); this module runs its admissions, decode chunks and moves on
+the device.
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ from jaxeval.lm.generate.plan import (
     set_row,
 )
 from jaxeval.lm.generate.prefixes import PrefixGroup, shared_prefixes
-from jaxeval.lm.generate.sizing import ADMIT_TOKENS, engine_rows, free_bytes_per_device
+from jaxeval.lm.generate.schedule import Call, Item, Schedule, tail_threshold
+from jaxeval.lm.generate.sizing import engine_rows, free_bytes_per_device
 from jaxeval.lm.generate.stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
 from jaxeval.models.runtime import Runtime
 from jaxeval.platform import distributed
@@ -81,20 +86,30 @@ def _dtype(x: Any) -> Any:
     return x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
 
 
-@dataclasses.dataclass
-class _Item:
-    prompt: Prompt
-    copy: int  # which of the prompt's copies (repeat index)
-    group: int  # prefix group
-    start: int  # prefix length S
-
-
-def _settings(items: Sequence[_Item], r: int) -> RowSettings:
+def _settings(items: Sequence[Item], r: int) -> RowSettings:
     """[R] row settings for the admitted copies (padding rows: budget 0)."""
     settings = row_settings(r)
     for k, it in enumerate(items):
         set_row(settings, k, it.prompt, it.copy)
     return RowSettings(**settings)
+
+
+def _admit_batch(call: Call, rows: int) -> AdmitBatch:
+    """The host arrays of one `admit` call (`schedule.Call`) into an engine of `rows` rows: U
+    suffixes padded to the call's width, each admitted row's engine row (`rows` on padding
+    entries: dropped) and prompt, and the rows' settings."""
+    prompts, start = call.prompts, call.start
+    tokens = np.zeros((call.u, call.width), np.int32)
+    valid = np.zeros((call.u, call.width), bool)
+    for k, p in enumerate(prompts):
+        suffix = p.tokens[start:]
+        tokens[k, : len(suffix)] = suffix
+        valid[k, : len(suffix)] = True
+    dst = np.full(call.r, rows, np.int32)
+    src = np.zeros(call.r, np.int32)
+    dst[: len(call.rows)] = call.rows
+    src[: len(call.items)] = call.src
+    return AdmitBatch(tokens, valid, np.int32(start), dst, src, _settings(call.items, call.r))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -353,51 +368,6 @@ class ContinuousEngine:
         self._ahead(jobs)
 
 
-def admission_chunks(taken: Sequence[_Item], start: int) -> list[list[_Item]]:
-    """The admitted copies (queue order, copies of a prompt adjacent) cut into `admit` calls.
-
-    A call prefills U = pow2(distinct prompts) suffixes padded to one `prefill_bucket`, and padding
-    is computed like real tokens, so a call grows only while U x width stays within ADMIT_TOKENS
-    (a longer prompt is prefilled alone):
-
-        suffixes 1,233 / 1,006 / 953 / 858 tokens -> 1 x 1,280 | 2 x 1,024 | 1 x 896
-            (4,224 tokens computed for 4,050; one call of 4 x 1,536 would compute 6,144)
-        40 suffixes of 50 tokens -> calls of 32 x 64, then 8 x 64
-    """
-    chunks: list[list[_Item]] = []
-    chunk: list[_Item] = []
-    prompts: set[int] = set()
-    longest = 0
-    for it in taken:
-        n = len(it.prompt.tokens) - start
-        new = id(it.prompt) not in prompts
-        cost = pow2_at_least(len(prompts) + new, 1) * prefill_bucket(max(longest, n))
-        if chunk and new and cost > ADMIT_TOKENS:
-            chunks.append(chunk)
-            chunk, prompts, longest = [], set(), 0
-        chunk.append(it)
-        prompts.add(id(it.prompt))
-        longest = max(longest, n)
-    if chunk:
-        chunks.append(chunk)
-    return chunks
-
-
-def tail_rows(live: int, rows: int, shards: int) -> int:
-    """The engine rows for `live` rows once the queue is empty: the fewest multiple of `shards` times
-    a power of two that holds them, when that is at most half of `rows`; else `rows` (no move)."""
-    target = shards * pow2_at_least(-(-max(live, 1) // shards), 1)
-    return target if 2 * target <= rows else rows
-
-
-def tail_threshold(rows: int, shards: int) -> int:
-    """The most live rows for which `tail_rows` moves to a smaller engine (0: it never does)."""
-    size, k = 0, shards
-    while 2 * k <= rows:
-        size, k = k, 2 * k
-    return size
-
-
 def engine_shape(
     prompts: Sequence[Prompt], groups: Sequence[PrefixGroup], batch_size: int, shards: int
 ) -> tuple[int, int, int, bool]:
@@ -429,8 +399,7 @@ def run_continuous(
     `gen.config`'s (`GenConfig`: `min_prefix`, `refill_rows`, `admission`, and `tail`: once the
     queue is empty, decode the live rows in smaller engines, `tail_rows`)."""
     config = gen.config
-    refill_rows, min_prefix, tail = config.refill_rows, config.min_prefix, config.tail
-    admission = config.admission
+    min_prefix, tail = config.min_prefix, config.tail
     groups = (
         shared_prefixes(prompts, min_prefix)
         if min_prefix > 0
@@ -454,30 +423,9 @@ def run_continuous(
     while size:
         tails[size] = ContinuousEngine(target, rows=size, slots=slots, n_new=n_new, sample=sample)
         size = tail_threshold(size, shards)
-    refill = max(1, rows // 4) if refill_rows is None else max(1, int(refill_rows))
-
-    items: list[_Item] = []
-    no_prefix = len(groups)  # every prompt without a shared prefix: one admission group
-    groups = [*groups, PrefixGroup((), ())]
-    for gi, g in enumerate(groups):
-        for i in g.members:
-            pr = prompts[i]
-            group = gi if g.tokens else no_prefix
-            items += [_Item(pr, j, group, len(g.tokens)) for j in range(pr.copies)]
-    if admission == "request":  # plain request order (tests: results do not depend on it)
-        items.sort(key=lambda it: (it.group, it.prompt.request_index, it.copy))
-    else:
-        items.sort(
-            key=lambda it: (
-                it.group,
-                -it.prompt.max_new,
-                -len(it.prompt.tokens),
-                it.prompt.request_index,
-                it.copy,
-            )
-        )
+    schedule = Schedule(prompts, groups, rows=rows, shards=shards, config=config)
     if jax.process_count() > 1:
-        order = [np.asarray([it.prompt.request_index, it.copy, it.start]) for it in items]
+        order = [np.asarray([it.prompt.request_index, it.copy, it.start]) for it in schedule.items]
         distributed.check_same("generation queue", fingerprint([rows, slots, n_new, *order]))
 
     seed = put_global(np.int32(config.seed), gen.replicated)
@@ -485,10 +433,7 @@ def run_continuous(
     try:
         state = engine.new_state()
         prefixes: dict[int, Any] = {}
-        occupant: dict[int, _Item] = {}
-        free = list(range(rows))
         out: dict[int, tuple[list[int], int]] = {}
-        queue = list(reversed(items))  # pop() takes the head
         stats = {
             "admissions": 0,
             "prompt_tokens": 0,
@@ -497,74 +442,33 @@ def run_continuous(
             "tail_moves": 0,
         }
         steps = 0
-        while queue or occupant:
-            while queue and free:
-                head = queue[-1]
-                taken: list[_Item] = []
-                while queue and len(taken) < len(free) and queue[-1].group == head.group:
-                    taken.append(queue.pop())
-                group = groups[head.group]
-                if head.group not in prefixes:
-                    prefixes[head.group] = engine.prefix(group.tokens)
-                    stats["prefill_tokens"] += len(group.tokens)
-                    stats["prefix_tokens"] += len(group.tokens)
-                start = len(group.tokens)
-                for chunk in admission_chunks(taken, start):
-                    distinct: dict[int, int] = {}
-                    for it in chunk:
-                        distinct.setdefault(id(it.prompt), len(distinct))
-                    uniq = {distinct[id(it.prompt)]: it.prompt for it in chunk}
-                    suffixes = [uniq[k].tokens[start:] for k in range(len(uniq))]
-                    u, r = pow2_at_least(len(uniq), 1), pow2_at_least(len(chunk), 1)
-                    width = prefill_bucket(max(len(s) for s in suffixes))
-                    tokens = np.zeros((u, width), np.int32)
-                    valid = np.zeros((u, width), bool)
-                    for k, s in enumerate(suffixes):
-                        tokens[k, : len(s)] = s
-                        valid[k, : len(s)] = True
-                        stats["prefill_tokens"] += len(s)
-                    stats["prompt_tokens"] += sum(len(p.tokens) for p in uniq.values())
-                    dst = np.full(r, rows, np.int32)
-                    src = np.zeros(r, np.int32)
-                    for k, it in enumerate(chunk):
-                        row = free.pop(0)
-                        dst[k], src[k] = row, distinct[id(it.prompt)]
-                        occupant[row] = it
-                    batch = AdmitBatch(
-                        tokens, valid, np.int32(start), dst, src, _settings(chunk, r)
-                    )
-                    state = engine.admit(state, prefixes[head.group], batch, seed)
+        while schedule.busy:
+            for admission in schedule.admit():
+                if admission.group not in prefixes:
+                    prefixes[admission.group] = engine.prefix(admission.prefix)
+                    stats["prefill_tokens"] += len(admission.prefix)
+                    stats["prefix_tokens"] += len(admission.prefix)
+                for call in admission.calls:
+                    batch = _admit_batch(call, engine.rows)
+                    state = engine.admit(state, prefixes[admission.group], batch, seed)
+                    stats["prefill_tokens"] += int(batch.valid.sum())
+                    stats["prompt_tokens"] += sum(len(p.tokens) for p in call.prompts)
                     stats["admissions"] += 1
-            if tail and not queue and occupant:
-                target = tail_rows(len(occupant), engine.rows, shards)
-                if target < engine.rows:  # the tail: the live rows into a smaller engine
-                    small = tails[target]
-                    live = sorted(occupant)
-                    spare = [r for r in range(engine.rows) if r not in occupant]  # done rows
-                    keep = np.asarray(live + spare[: target - len(live)], np.int32)
-                    state = engine.shrink(state, small, keep)
-                    occupant = {new: occupant[old] for new, old in enumerate(live)}
-                    free = list(range(len(live), target))
-                    engine = small
-                    stats["tail_moves"] += 1
-            if queue:
-                want = len(free) + min(len(queue), refill)
-            else:  # run until all rows are done, or until few enough are live for a smaller engine
-                low = tail_threshold(engine.rows, shards) if tail else 0
-                want = engine.rows - low if low else engine.rows + 1
-            state = engine.decode(state, seed, want)
+            move = schedule.tail()
+            if move is not None:  # the tail: the live rows into a smaller engine
+                target, keep = move
+                state = engine.shrink(state, tails[target], np.asarray(keep, np.int32))
+                engine = tails[target]
+                stats["tail_moves"] += 1
+            state = engine.decode(state, seed, schedule.want())
             done, length, reason, toks, steps = engine.peek(state)
             finished = []
-            for row in sorted(occupant):
-                if done[row]:
-                    it = occupant.pop(row)
-                    pos = it.prompt.outputs[it.copy]
-                    if pos in out:
-                        raise AssertionError(f"request {pos} answered twice")
-                    out[pos] = (toks[row, : length[row]].tolist(), int(reason[row]))
-                    finished.append((pos, out[pos][0], out[pos][1]))
-                    free.append(row)
-            free.sort()
+            for row, it in schedule.finish(np.flatnonzero(done).tolist()):
+                pos = it.prompt.outputs[it.copy]
+                if pos in out:
+                    raise AssertionError(f"request {pos} answered twice")
+                out[pos] = (toks[row, : length[row]].tolist(), int(reason[row]))
+                finished.append((pos, out[pos][0], out[pos][1]))
             if finished and on_rows is not None:
                 on_rows(finished)
     finally:  # what the background thread has not started is not needed after all

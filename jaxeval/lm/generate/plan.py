@@ -48,7 +48,7 @@ def prompt_bucket(n: int) -> int:
 def prefill_bucket(n: int) -> int:
     """`prompt_bucket` up to 256, then four widths per octave (320, 384, 448, 512, 640, ...) >= n.
 
-    The continuous engine's prefill widths (`gen_engine.admission_chunks`): a prefill computes
+    The continuous engine's prefill widths (`schedule.admission_chunks`): a prefill computes
     every padded token, so long prompts pad by less than a quarter octave (1,233 -> 1,280, where
     `prompt_bucket` gives 1,536). Never above `prompt_bucket(n)`, so a suffix fits the slots that
     `engine_shape` reserves.
