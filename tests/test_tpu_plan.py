@@ -11,6 +11,7 @@ import dataclasses
 import json
 import pathlib
 import re
+import types
 
 import pytest
 
@@ -286,6 +287,27 @@ def test_estimated_cycles_count_loops_by_their_trip_counts():
         estimated_cycles(HLO_WITH_A_LOOP.replace("direction=LT", "direction=NE"))
         == 100 + 7 + 14 + 9
     )
+
+
+def test_a_step_never_counts_more_than_the_one_step_call(monkeypatch):
+    """One step = the two-step call less the one-step call, bounded by the one-step call: a
+    two-step program partitioned another way (every row's cache gathered) does not count."""
+    from jaxeval.models.runtime import REFERENCE
+    from jaxeval.plan import costs
+
+    figures = {1: (10.0, 3.3e9), 2: (20.0, 4.3e9)}
+    monkeypatch.setattr(costs, "counted_cost", lambda job, cache=None: figures[job])
+    monkeypatch.setattr(costs, "first_layers", lambda spec, n: spec)
+    monkeypatch.setattr(costs, "sharded_abstract_params", lambda spec, mesh, dtype: None)
+
+    def steps(n):
+        return lambda cut, runtime, params: n
+
+    spec = types.SimpleNamespace(num_layers=2)
+    flops, step, once = costs.step_costs(steps, spec, REFERENCE, None, "bfloat16")
+    assert (flops, step, once) == (10.0, pytest.approx(1.0e9), pytest.approx(2.3e9))
+    figures[2] = (20.0, 16.7e9)  # Llama-3-8B, 8 rows on a v5e-8: the cache gathered
+    assert costs.step_costs(steps, spec, REFERENCE, None, "bfloat16") == (10.0, 3.3e9, 0.0)
 
 
 KERNEL = (
