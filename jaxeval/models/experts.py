@@ -200,12 +200,12 @@ def _ragged_passes(p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float[
 
     def one_pass(c, acc):
         lo = c * m
-        idx = jax.lax.dynamic_slice_in_dim(order, lo, m)  # [m] assignments token * K + k
+        idx = jax.lax.dynamic_slice_in_dim(order, lo, m)  # m assignments, token * Kx + k
         here = lo + jnp.arange(m, dtype=jnp.int32) < total
-        window = jnp.clip(ends, lo, lo + m) - jnp.clip(starts, lo, lo + m)  # [held] group sizes
+        window = jnp.clip(ends, lo, lo + m) - jnp.clip(starts, lo, lo + m)  # groups in the pass
         chosen = jnp.minimum(flat_experts[idx], held - 1)  # expert of each row (biases)
         token = idx // k
-        rows = x[token]  # [m, D]
+        rows = x[token]  # m rows of x
 
         def grouped(h, w, bias):
             y = ragged_matmul(h, w.astype(h.dtype), window)
@@ -213,7 +213,7 @@ def _ragged_passes(p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float[
 
         g = grouped(rows, p["gate"], p.get("gate_bias"))
         u = grouped(rows, p["up"], p.get("up_bias"))
-        y = grouped(_glu(g, u, moe), p["down"], p.get("down_bias"))  # [m, D]
+        y = grouped(_glu(g, u, moe), p["down"], p.get("down_bias"))  # m rows
         y = jnp.where(here[:, None], y, 0)  # rows past the groups
         w = jnp.where(here, flat_weights[idx], 0)
         return acc.at[token].add(_weighted(y, w))
