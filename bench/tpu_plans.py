@@ -39,6 +39,11 @@ TABLES = {
     "llama-3-70b-v5e-32": ("configs/models/llama-3-70b", "v5e-32", QUICK),
     "mixtral-8x7b-v5e-8": ("configs/models/mixtral-8x7b", "v5e-8", ["--lengths", "2048"]),
     "qwen3-30b-a3b-v5e-8": ("configs/models/qwen3-30b-a3b", "v5e-8", ["--lengths", "2048"]),
+    "qwen2.5-14b-instruct-v5e-4": (
+        "configs/models/qwen2.5-14b-instruct",
+        "v5e-4",
+        ["--lengths", "2048,32768", "--no_layer_costs"],
+    ),
 }
 
 
