@@ -4,7 +4,7 @@ WORKLOADS["mmlu"]                 -> Workload(tasks="mmlu", extra=(), data="mmlu
 data_dir_for(w, root)             -> ../shared/data, or root/cais_mmlu_dir built from mmlu/all
 build_model(root, "smollm2", ws)  -> (model dir, "SmolLM2 GGUF tokenizer, 49,152 tokens")
 metric_diff(jaxeval_results, lm_eval_results) -> (max |a - b|, worst key, keys compared)
-tpu_device_s_per_mtok(docs/tpu.md) -> (9.37, "docs/tpu.md: v5e-8 Llama-3-8B score ... 106,676 tokens/s")
+tpu_device_s_per_mtok(docs/tpu.md) -> (9.31, "docs/tpu.md: v5e-8 Llama-3-8B score ... 107,393 tokens/s")
 """
 
 from __future__ import annotations
