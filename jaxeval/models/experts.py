@@ -78,6 +78,11 @@ def _plus(acc: jax.Array | None, y: jax.Array) -> jax.Array:
     return y if acc is None else acc + y
 
 
+def _accumulator(acc: jax.Array | None, x: jax.Array) -> jax.Array:
+    """The float32 [B*T, D] sums a loop adds onto: `acc`, or zeros without one."""
+    return jnp.zeros(x.shape, jnp.float32) if acc is None else acc
+
+
 def _weighted(y: jax.Array, weights: jax.Array) -> jax.Array:
     """y * weight in their common dtype (HF's product), then float32 for the sum over the K."""
     return (y * weights[..., None]).astype(jnp.float32)
@@ -170,17 +175,23 @@ class RaggedExperts:
         order, sizes = _sort_by_expert(experts, held)
         rows = x[order // k]  # [B*T*Kx, D] sorted by expert
         chosen = experts.reshape(-1)[order]  # [B*T*Kx]
-
-        def grouped(h, w, bias):
-            y = ragged_matmul(h, w.astype(h.dtype), sizes)
-            return y if bias is None else y + bias[chosen].astype(h.dtype)
-
-        g = grouped(rows, p["gate"], p.get("gate_bias"))
-        u = grouped(rows, p["up"], p.get("up_bias"))
-        y = grouped(_glu(g, u, moe), p["down"], p.get("down_bias"))  # [B*T*Kx, D]
+        y = _grouped_mlp(p, rows, sizes, chosen, moe)  # [B*T*Kx, D]
         y = jnp.where((chosen < held)[:, None], y, 0)  # rows past the groups: not here
         y = jnp.zeros_like(y).at[order].set(y).reshape(n, k, -1)  # back to token order
         return _plus(acc, _weighted(y, weights).sum(axis=1))
+
+
+def _grouped_mlp(p, rows: jax.Array, sizes: jax.Array, chosen: jax.Array, moe) -> jax.Array:
+    """The experts' MLP on `rows` sorted by expert (`sizes` rows each, `ragged_matmul`), each
+    row with its expert's biases (`chosen`), in the rows' dtype."""
+
+    def grouped(h, w, bias):
+        y = ragged_matmul(h, w.astype(h.dtype), sizes)
+        return y if bias is None else y + bias[chosen].astype(h.dtype)
+
+    g = grouped(rows, p["gate"], p.get("gate_bias"))
+    u = grouped(rows, p["up"], p.get("up_bias"))
+    return grouped(_glu(g, u, moe), p["down"], p.get("down_bias"))
 
 
 def _ragged_passes(p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], moe,
@@ -205,22 +216,13 @@ def _ragged_passes(p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float[
         window = jnp.clip(ends, lo, lo + m) - jnp.clip(starts, lo, lo + m)  # groups in the pass
         chosen = jnp.minimum(flat_experts[idx], held - 1)  # expert of each row (biases)
         token = idx // k
-        rows = x[token]  # m rows of x
-
-        def grouped(h, w, bias):
-            y = ragged_matmul(h, w.astype(h.dtype), window)
-            return y if bias is None else y + bias[chosen].astype(h.dtype)
-
-        g = grouped(rows, p["gate"], p.get("gate_bias"))
-        u = grouped(rows, p["up"], p.get("up_bias"))
-        y = grouped(_glu(g, u, moe), p["down"], p.get("down_bias"))  # m rows
+        y = _grouped_mlp(p, x[token], window, chosen, moe)  # m rows
         y = jnp.where(here[:, None], y, 0)  # rows past the groups
         w = jnp.where(here, flat_weights[idx], 0)
         return acc.at[token].add(_weighted(y, w))
 
     passes = (total + m - 1) // m
-    start = jnp.zeros((n, x.shape[-1]), jnp.float32) if acc is None else acc
-    return jax.lax.fori_loop(0, passes, one_pass, start)
+    return jax.lax.fori_loop(0, passes, one_pass, _accumulator(acc, x))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -278,8 +280,7 @@ class BlockedExperts:
             xb = x.at[tok].get(mode="fill", fill_value=0)  # the block's m rows of x
             return acc.at[tok].add(_weighted(_expert_mlp(e, xb, moe), w), mode="drop")
 
-        start = jnp.zeros((n, x.shape[-1]), jnp.float32) if acc is None else acc
-        return jax.lax.fori_loop(0, used, body, start)
+        return jax.lax.fori_loop(0, used, body, _accumulator(acc, x))
 
 
 def _block_layout(experts: Int["B*T Kx"], weights: Float["B*T Kx"], num_experts: int, m: int,

@@ -75,10 +75,14 @@ def logical_sharding(
 def split_ways(mesh: Any, logical: str, size: int) -> int:
     """How many pieces the rule table cuts one dimension of `size` along `logical` into on `mesh`
     (a `Mesh` or an `AbstractMesh`): the mesh axis's size, or 1 when it stays whole."""
-    axis = logical_sharding(mesh, (logical,), (size,)).spec[0]
-    if axis is None:
+    return entry_ways(mesh, logical_sharding(mesh, (logical,), (size,)).spec[0])
+
+
+def entry_ways(mesh: Any, entry: Any) -> int:
+    """The devices one PartitionSpec entry (None, an axis name or a tuple of them) splits over."""
+    if entry is None:
         return 1
-    return math.prod(mesh.shape[a] for a in ((axis,) if isinstance(axis, str) else axis))
+    return math.prod(mesh.shape[a] for a in ((entry,) if isinstance(entry, str) else entry))
 
 
 def cache_shardings(spec, mesh: Mesh, batch: int, length: int) -> Any:

@@ -44,7 +44,13 @@ from jaxeval.lm.args import parse_model_args
 from jaxeval.models.decoder import attention_block_size
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.loader import read_hf_config
-from jaxeval.models.sharding import cache_shardings, logical_sharding, param_shardings, split_ways
+from jaxeval.models.sharding import (
+    cache_shardings,
+    entry_ways,
+    logical_sharding,
+    param_shardings,
+    split_ways,
+)
 from jaxeval.platform.mesh import batch_shards, make_abstract_mesh
 
 GIB = 1 << 30
@@ -110,10 +116,8 @@ def expert_width_ways(mesh: Any, spec: Any) -> int:
     else `expert_mlp`'s axis."""
     m = spec.moe
     axes = ("experts", "embed", "expert_mlp")
-    axis = logical_sharding(mesh, axes, (m.num_experts, spec.hidden_size, m.expert_size)).spec[2]
-    if axis is None:
-        return 1
-    return math.prod(mesh.shape[a] for a in ((axis,) if isinstance(axis, str) else axis))
+    sharding = logical_sharding(mesh, axes, (m.num_experts, spec.hidden_size, m.expert_size))
+    return entry_ways(mesh, sharding.spec[2])
 
 
 def active_param_count(spec: Any) -> int:

@@ -20,6 +20,7 @@ order within a group, for tests).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -50,7 +51,7 @@ class Call:
     rows: tuple[int, ...]
     start: int
 
-    @property
+    @functools.cached_property
     def prompts(self) -> list[Prompt]:
         return list({id(it.prompt): it.prompt for it in self.items}.values())
 
