@@ -17,6 +17,7 @@ names are shapes too: `[B*K, D]`, `[T/Q]`, `[E'/2]`.
     Attention   J   keys attended: T in packed rows, C with a KV cache
                 Q   rows of a query block or a key block (blocked attention)
                 A   blocks per row (T/Q)
+                Aq  query blocks one call holds (a device's share of A under sequence parallelism)
     Generation  U   unique prompts                     P   padded prompt length
                 N   new tokens to generate             C   KV-cache length (slots)
                 I   stop token ids per row             Z   stop strings per row
@@ -59,6 +60,7 @@ GLOSSARY = {
     "J": "keys attended (T in packed rows, C with a KV cache)",
     "Q": "rows of a query block or a key block",
     "A": "blocks per row (T/Q)",
+    "Aq": "query blocks one call holds (sequence parallelism: a device's share of A)",
     # generation
     "U": "unique prompts",
     "P": "padded prompt length",

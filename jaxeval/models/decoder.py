@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxeval.models import attention as attn
+from jaxeval.models.attention.sequence import sequence_split
 from jaxeval.models.contract import KVCache
 from jaxeval.models.layers import HIGHEST, mlp, norm
 from jaxeval.models.moe import moe_block
@@ -181,26 +182,41 @@ def hidden(
     XLA's block loops, or a platform's kernel), short ones through the dense [B, H, T, T] scores;
     the backend's `block_size` draws the line. `attention_block` overrides the choice: 0 = always
     dense, Q > 0 = blocks of Q rows whenever T > Q.
+
+    Long rows that do not divide over the mesh's batch devices split their tokens over them
+    instead (`attention.sequence`: each layer's work on each device's own tokens, the keys
+    gathered for attention).
     """
     dtype = jnp.dtype(spec.compute_dtype)
-    t = tokens.shape[1]
-    x = embed(spec, params, tokens, positions)
+    b, t = tokens.shape
     windowed = any(spec.sliding_window)
     dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
     backend = runtime.attention
     block = backend.block_size(t, attention_block)
+    split = sequence_split(runtime.rows_mesh, rows=b, length=t, block=block)
+    rope_positions = positions
+    if split is not None:  # every token-wise step in device order, on each device's tokens
+        block = split.block
+        tokens, rope_positions = split.permute(tokens), split.permute(positions)
+    x = embed(spec, params, tokens, rope_positions)
     blocked = block > 0
     base = None if blocked else attn.packed_mask(segment, parent)  # [B, T, T]
 
     def body(x, xs):
         p, consts = xs
-        x = constrain_rows(x, runtime.rows_mesh)
-        cos, sin = _rope(spec, positions, consts, dynamic, dtype)
+        x = constrain_rows(x, runtime.rows_mesh) if split is None else split.constrain(x)
+        cos, sin = _rope(spec, rope_positions, consts, dynamic, dtype)
         window = consts["window"] if windowed else None
 
         sinks = p["attn"].get("sinks")
 
         def attend_fn(q, k, v):
+            if split is not None:
+                out = split.attend(
+                    backend, q, k, v, attn.Mask(segment, parent, positions, window),
+                    scale=consts["scale"], softcap=spec.attn_softcap, sinks=sinks,
+                )  # fmt: skip
+                return out, None
             if blocked:
                 init = None
                 if sinks is not None:  # every query block starts from the sink
@@ -225,7 +241,8 @@ def hidden(
 
     for stack, consts, _ in _stacks(spec, params, _layer_constants(spec)):
         x, _ = jax.lax.scan(body, x, (stack, consts), unroll=runtime.unroll_layers)
-    return norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
+    x = norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
+    return x if split is None else split.restore(x)
 
 
 def weights_stay(spec, runtime: Runtime, tokens: int) -> bool:
@@ -264,15 +281,24 @@ def _cached_layers(
     windowed = any(spec.sliding_window)
     dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
     backend = runtime.attention
-    new_block = backend.block_size(positions.shape[1])  # a long prefill: blocked, as `hidden`
+    b, t = positions.shape
+    new_block = backend.block_size(t)  # a long prefill: blocked, as `hidden`
+    # a long prompt whose rows do not divide over the batch devices: its tokens split instead
+    split = None
+    if new_valid is not None:
+        split = sequence_split(runtime.rows_mesh, rows=b, length=t, block=new_block)
+    q_positions = positions
+    if split is not None:
+        new_block = split.block
+        x, q_positions = split.permute(x), split.permute(positions)
 
-    stay = weights_stay(spec, runtime, x.shape[0] * x.shape[1])
+    stay = split is None and weights_stay(spec, runtime, b * t)
     pin = constrain_rows_on_data if stay else constrain_rows
 
     def body(x, xs):
         p, consts, layer = xs
-        x = pin(x, runtime.rows_mesh)
-        cos, sin = _rope(spec, positions, consts, dynamic, dtype)
+        x = pin(x, runtime.rows_mesh) if split is None else split.constrain(x)
+        cos, sin = _rope(spec, q_positions, consts, dynamic, dtype)
 
         def attend_fn(q, k, v):
             if stay:  # the projections' products, replicated over fsdp like x: no weight gather
@@ -280,16 +306,21 @@ def _cached_layers(
             window = consts["window"] if windowed else None
             scale, softcap, sinks = consts["scale"], spec.attn_softcap, p["attn"].get("sinks")
             state = backend.cache_state(
-                q, cache.k, cache.v, layer, slot_valid, slot_pos, positions, index,
+                q, cache.k, cache.v, layer, slot_valid, slot_pos, q_positions, index,
                 window=window, scale=scale, softcap=softcap,
             )  # fmt: skip
             if sinks is not None:
                 state = attn.fold_sinks(state, sinks)
+            # (the mask in token order; the keys cast in whatever order they are)
             k_new, v_new, own = attn.new_keys(
                 q, k, v, cache.k, cache.v, slot_valid, positions, index,
                 window=window, new_valid=new_valid,
             )  # fmt: skip
-            if new_block:  # a long prefill: its own keys block by block, from the cache's state
+            if split is not None:  # each device its own queries against every key
+                out = split.attend(
+                    backend, q, k_new, v_new, own, scale=scale, softcap=softcap, init=state
+                )
+            elif new_block:  # a long prefill: its own keys block by block, from the cache's state
                 out = backend.packed(
                     q, k_new, v_new, own, scale=scale, softcap=softcap, block=new_block, init=state
                 )
@@ -308,9 +339,10 @@ def _cached_layers(
         x, (k, v) = jax.lax.scan(body, x, (stack, consts, layers), unroll=runtime.unroll_layers)
         ks.append(k)  # [L, B, T, G, E] (this stack's L): this call's keys and values
         vs.append(v)
-    if len(ks) == 1:
-        return x, ks[0], vs[0]
-    return x, jnp.concatenate(ks, axis=0), jnp.concatenate(vs, axis=0)
+    k, v = (parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=0) for parts in (ks, vs))
+    if split is not None:  # back in token order
+        x, k, v = split.restore(x), split.restore(k, axis=2), split.restore(v, axis=2)
+    return x, k, v
 
 
 def forward_new(

@@ -6,9 +6,11 @@ things a platform may do its own way:
 
     block_size(T, override)   the query/key block of a packed row of T tokens (0: dense scores)
     cache_block               cache slots per block when a call reads the KV cache
-    packed(q, k, v, mask, *, scale, softcap, block, init)
+    packed(q, k, v, mask, *, scale, softcap, block, init, q_blocks)
                               a packed row's attention under `mask` (`Mask`), its online softmax
-                              continuing from `init` (scoring rows; a prefill's own keys)
+                              continuing from `init` (scoring rows; a prefill's own keys); with
+                              `q_blocks`, only those query blocks of the row (a device's share
+                              under sequence parallelism)
     cache_state(q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions, index, *,
                 window, scale, softcap)
                               the online-softmax state of T queries over the cache's slots before
@@ -34,6 +36,7 @@ from jaxeval.ops.attention.mask import Mask, State
 from jaxeval.shapes import Bool, Float, Int, pow2_at_most
 
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
+IntAq = Int["Aq"]
 
 
 @runtime_checkable
@@ -60,9 +63,12 @@ class AttentionBackend(Protocol):
         softcap: float | None,
         block: int,
         init: State | None,
+        q_blocks: IntAq | None = None,
     ) -> Float["B T H E"]:
         """`reference.blocked_attend`'s output: packed rows under `mask`, the online softmax
-        starting from `init` (None: no keys seen), in blocks of `block` where blocks apply."""
+        starting from `init` (None: no keys seen), in blocks of `block` where blocks apply.
+        `q_blocks`: q holds only these blocks of the row, k, v and `mask` the whole row (one
+        device's queries under sequence parallelism, `attention.sequence`)."""
         ...
 
     def cache_state(

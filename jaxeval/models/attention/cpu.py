@@ -1,7 +1,8 @@
 """The `cpu` backend: XLA:CPU with the fused C++ custom calls (`jaxeval.ops.attention.cpu`, built
 from `cpu_attention.cc` on first use) for float32 operands, the reference for the rest.
 
-    packed       float32: `cpu.cpu_packed` (any T, no padding to a block); else the reference
+    packed       float32 whole rows: `cpu.cpu_packed` (any T, no padding to a block); else (a
+                 device's query blocks under sequence parallelism, other dtypes) the reference
     cache_state  a float32 decode step (`is_decode_step`): `cpu.cpu_decode_state`, each row's
                  written slots read once; else (a prefill, a shared prefix) the reference's loop
     write_slots  the reference's
@@ -37,11 +38,12 @@ class CpuAttention:
     def block_size(self, length: int, block: int | None = None) -> int:
         return block_rule(length, block, min_length=self.min_length, max_block=self.max_block)
 
-    def packed(self, q, k, v, mask, *, scale, softcap, block, init):
-        if not _float32(q, k, v):
+    def packed(self, q, k, v, mask, *, scale, softcap, block, init, q_blocks=None):
+        if q_blocks is not None or not _float32(q, k, v):
             return reference.blocked_attend(
-                q, k, v, mask, scale=scale, softcap=softcap, block=block, init=init
-            )
+                q, k, v, mask, scale=scale, softcap=softcap, block=block, init=init,
+                q_blocks=q_blocks,
+            )  # fmt: skip
         if init is None:
             b, t, h, e = q.shape
             g = k.shape[2]

@@ -3,8 +3,8 @@ NVIDIA GPUs: `jaxeval.ops.attention.gpu`) where it computes the rule exactly, th
 elsewhere.
 
     packed       `gpu.gpu_packed` where `gpu.fits` (bfloat16/float16, no soft-cap, no earlier
-                 state, one head dim: the table in `jaxeval.ops.attention.gpu`); else the
-                 reference's `blocked_attend`
+                 state, one head dim: the table in `jaxeval.ops.attention.gpu`) on whole
+                 rows; else (and a device's query blocks) the reference's `blocked_attend`
     cache_state  the reference's loop
     write_slots  the reference's
 """
@@ -31,13 +31,15 @@ class GpuAttention:
     def block_size(self, length: int, block: int | None = None) -> int:
         return block_rule(length, block, min_length=self.min_length, max_block=self.max_block)
 
-    def packed(self, q, k, v, mask, *, scale, softcap, block, init):
+    def packed(self, q, k, v, mask, *, scale, softcap, block, init, q_blocks=None):
         how = gpu_kernels.implementation_for(self.implementation)
         platform = "gpu" if how == "cudnn" else "cpu"
-        if not gpu_kernels.fits(q, k, softcap=softcap, init=init, platform=platform, v=v):
+        fits = gpu_kernels.fits(q, k, softcap=softcap, init=init, platform=platform, v=v)
+        if q_blocks is not None or not fits:
             return reference.blocked_attend(
-                q, k, v, mask, scale=scale, softcap=softcap, block=block, init=init
-            )
+                q, k, v, mask, scale=scale, softcap=softcap, block=block, init=init,
+                q_blocks=q_blocks,
+            )  # fmt: skip
         return gpu_kernels.gpu_packed(q, k, v, mask, scale=scale, implementation=how)
 
     def cache_state(self, q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions,

@@ -34,6 +34,7 @@ from jaxeval.ops.attention.mask import MASKED, Mask, State, block_visibility
 from jaxeval.shapes import Bool, Float, Int
 
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
+IntAq = Int["Aq"]
 FloatH = Float["H"]
 
 
@@ -145,6 +146,7 @@ def blocked_attend(
     softcap: float | None,
     block: int,
     init: State | None = None,
+    q_blocks: IntAq | None = None,
 ) -> Float["B T H E"]:
     """`attend` under `packed_mask` (& `window_mask`), computed block by block (module docstring).
 
@@ -157,13 +159,21 @@ def blocked_attend(
     max and sum, [B, G, X, T, E] values: `State`), which each query block continues from
     (`cache_attend`: a prefill's cached prefix, then the prompt's own keys block by block).
 
+    `q_blocks`: q holds only these query blocks of the row (Aq block indices, int32, in q's order;
+    q is [B, Aq*Q, H, E]) while k, v and `mask` hold the whole row, a multiple of `block`
+    (sequence parallelism, `attention.sequence`: each device its own query blocks against every
+    key). None: q is the whole row.
+
     This is the reference (`XlaAttention.packed`); another backend may compute the same output its
     own way (the CPU kernel: one custom call, float32 summation order aside).
     """
-    b, t, h, e = q.shape
+    b, tq, h, e = q.shape
     g = k.shape[2]
     r = h // g
+    t = k.shape[1]
     pad = -t % block
+    if q_blocks is not None and (pad or tq % block):
+        raise ValueError(f"query blocks need rows of whole blocks of {block}: {tq}, {t} tokens")
     if pad:
 
         def padded(x):
@@ -177,23 +187,25 @@ def blocked_attend(
         out = blocked_attend(q, k, v, mask, scale=scale, softcap=softcap, block=block, init=init)
         return out[:, :t]
     n = t // block
+    nq = tq // block
+    ids = jnp.arange(n, dtype=jnp.int32) if q_blocks is None else jnp.asarray(q_blocks, jnp.int32)
     segment, parent, positions, window = mask
     if init is None:
-        init = _Online.init((b, g, r, t), e)
-    # per query block: [A, B, G, X, Q] max and sum, [A, B, G, X, Q, E] values
+        init = _Online.init((b, g, r, tq), e)
+    # per query block: [Aq, B, G, X, Q] max and sum, [Aq, B, G, X, Q, E] values
     m0, total0, acc0 = init
     starts = (
-        m0.reshape(b, g, r, n, block).transpose(3, 0, 1, 2, 4),
-        total0.reshape(b, g, r, n, block).transpose(3, 0, 1, 2, 4),
-        acc0.reshape(b, g, r, n, block, e).transpose(3, 0, 1, 2, 4, 5),
+        m0.reshape(b, g, r, nq, block).transpose(3, 0, 1, 2, 4),
+        total0.reshape(b, g, r, nq, block).transpose(3, 0, 1, 2, 4),
+        acc0.reshape(b, g, r, nq, block, e).transpose(3, 0, 1, 2, 4, 5),
     )
-    flags = block_visibility(mask, block=block)  # [A, A]
+    flags = block_visibility(mask, block=block)[ids]  # [Aq, A]
     # Heads-major layouts once per call, so that no key block is transposed inside the loops.
-    q_blocks = q.reshape(b, n, block, g, r, e).transpose(1, 0, 3, 4, 2, 5)  # [A, B, G, X, Q, E]
+    q_heads = q.reshape(b, nq, block, g, r, e).transpose(1, 0, 3, 4, 2, 5)  # [Aq, B, G, X, Q, E]
     k_t = k.transpose(0, 2, 1, 3)  # [B, G, T, E]
     v_t = v.transpose(0, 2, 1, 3)
     meta = jnp.stack([segment, parent, positions], axis=0).reshape(3, b, n, block)
-    q_meta = meta.transpose(2, 0, 1, 3)  # [A, 3, B, Q]
+    q_meta = meta.transpose(2, 0, 1, 3)[ids]  # [Aq, 3, B, Q]
 
     def query_block(_, xs):
         qi, qb, qm, row_flags, start_state = xs  # qb [B, G, X, Q, E], qm [3, B, Q], flags [A]
@@ -224,9 +236,9 @@ def blocked_attend(
         state = jax.lax.fori_loop(first, last, key_block, start_state)
         return None, _Online.finish(state, v.dtype)  # [B, Q, G, X, E]
 
-    xs = (jnp.arange(n), q_blocks, q_meta, flags, starts)
-    _, out = jax.lax.scan(query_block, None, xs)  # [A, B, Q, G, X, E]
-    return out.transpose(1, 0, 2, 3, 4, 5).reshape(b, t, h, e)
+    xs = (ids, q_heads, q_meta, flags, starts)
+    _, out = jax.lax.scan(query_block, None, xs)  # [Aq, B, Q, G, X, E]
+    return out.transpose(1, 0, 2, 3, 4, 5).reshape(b, tq, h, e)
 
 
 def merged_queries(q: Float["B T H E"], g: int) -> Float["B G X*T E"]:

@@ -3,6 +3,8 @@ any dtype; on a mesh that is not on TPUs they run in Pallas's interpret mode (te
 
     packed       `tpu_packed.packed_attention`: packed rows with block skipping, blocks a multiple
                  of 128 (the lane width) and at most 2,048 query rows a program (`fit_block`);
+                 a device's query blocks of a row (`q_blocks`, `attention.sequence`) run the
+                 same kernel inside the caller's `shard_map`;
                  latent attention's value heads (a head dim of their own): the reference
     cache_state  a decode step (`is_decode_step`): `tpu_decode.decode_state`, each row's cache
                  blocks read up to its length; else (a prefill, a shared prefix, MLA) the
@@ -54,11 +56,23 @@ class TpuAttention:
             length, block, min_length=self.min_length, max_block=self.max_block, min_block=128
         )
 
-    def packed(self, q, k, v, mask, *, scale, softcap, block, init):
+    def packed(self, q, k, v, mask, *, scale, softcap, block, init, q_blocks=None):
         if not _one_head_dim(q, k, v):  # latent attention's value heads: the reference
             return reference.blocked_attend(
-                q, k, v, mask, scale=scale, softcap=softcap, block=block, init=init
-            )
+                q, k, v, mask, scale=scale, softcap=softcap, block=block, init=init,
+                q_blocks=q_blocks,
+            )  # fmt: skip
+        if q_blocks is not None:  # a device's share of a row (`attention.sequence`): no mesh
+            # Pallas: imported when a TPU model first traces
+            from jaxeval.ops.attention import tpu_packed
+
+            fit = tpu_packed.fit_block(block, q.shape[2] // k.shape[2])
+            r = block // fit  # the kernel's blocks: each held block in r pieces
+            ids = (q_blocks[:, None] * r + jnp.arange(r, dtype=jnp.int32)).reshape(-1)
+            return tpu_packed.packed_attention(
+                q, k, v, mask, scale=scale, softcap=softcap, block=fit, init=init,
+                interpret=self.interpret, q_blocks=ids,
+            )  # fmt: skip
         # Pallas: imported when a TPU model first traces
         from jaxeval.ops.attention import tpu_packed
 

@@ -35,9 +35,9 @@ class XlaAttention:
     def block_size(self, length: int, block: int | None = None) -> int:
         return block_rule(length, block, min_length=self.min_length, max_block=self.max_block)
 
-    def packed(self, q, k, v, mask, *, scale, softcap, block, init):
+    def packed(self, q, k, v, mask, *, scale, softcap, block, init, q_blocks=None):
         return reference.blocked_attend(
-            q, k, v, mask, scale=scale, softcap=softcap, block=block, init=init
+            q, k, v, mask, scale=scale, softcap=softcap, block=block, init=init, q_blocks=q_blocks
         )
 
     def cache_state(self, q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions,

@@ -55,6 +55,8 @@ from jaxeval.errors import JaxevalError
 from jaxeval.ops.attention.mask import MASKED, NO_WINDOW, Mask, State, block_visibility
 from jaxeval.shapes import Bool, Float, Int
 
+IntAq = Int["Aq"]  # a name in a string alone reads as an undefined name to linters
+
 _LANES = 128  # TPU vector lanes: a key block is a multiple of this
 _SUBLANES = 8
 _WORD = 32  # key blocks per visibility word
@@ -88,7 +90,7 @@ def row_visibility(mask: Mask, *, block: int) -> Bool["B A A"]:
     return jax.vmap(one)(mask.segment, mask.parent, mask.positions)
 
 
-def visit_range(visible: Bool["B A A"]) -> tuple[Int["B A"], Int["B A"]]:
+def visit_range(visible: Bool["B Aq A"]) -> tuple[Int["B Aq"], Int["B Aq"]]:
     """The first and last visible key block of each query block ((0, 0) when none is)."""
     n = visible.shape[-1]
     seen = visible.any(-1)
@@ -103,14 +105,14 @@ def key_block(step, first, last):
     return jnp.minimum(jnp.maximum(step, first), last)
 
 
-def pack_visibility(visible: Bool["B A A"]) -> jax.Array:
-    """int32 words: bit j % 32 of word [b, i, j // 32] is visible[b, i, j]; flattened, B*A*(A/32
+def pack_visibility(visible: Bool["B Aq A"]) -> jax.Array:
+    """int32 words: bit j % 32 of word [b, i, j // 32] is visible[b, i, j]; flattened, B*Aq*(A/32
     rounded up) words, because scalar memory is small (1 MiB on a v5e; 64 rows of 8,192 tokens in
     blocks of 128 take 32 KiB, unpacked 1 MiB)."""
-    b, n, _ = visible.shape
+    b, rows, n = visible.shape
     words = -(-n // _WORD)
     bits = jnp.pad(visible, ((0, 0), (0, 0), (0, words * _WORD - n))).astype(jnp.uint32)
-    bits = bits.reshape(b, n, words, _WORD) << jnp.arange(_WORD, dtype=jnp.uint32)
+    bits = bits.reshape(b, rows, words, _WORD) << jnp.arange(_WORD, dtype=jnp.uint32)
     return jax.lax.bitcast_convert_type(bits.sum(-1, dtype=jnp.uint32), jnp.int32).reshape(-1)
 
 
@@ -122,11 +124,13 @@ def _lanes(x: jax.Array, n: int) -> jax.Array:
     return jnp.tile(x, (1, -(-n // _LANES)))[:, :n]
 
 
-def _kernel(scale_ref, window_ref, visible_ref, first_ref, last_ref,  # scalar prefetch
+def _kernel(scale_ref, window_ref, visible_ref, first_ref, last_ref, ids_ref,  # scalar prefetch
             q_ref, k_ref, v_ref, q_meta_ref, k_meta_ref,  # blocks
-            *refs, softcap, windowed, finish, n_blocks):  # fmt: skip
+            *refs, softcap, windowed, finish, n_rows, n_blocks):  # fmt: skip
     """One (row, kv head, query block, key step) of the grid; `refs`: outputs, then the m, total,
-    acc scratch ([X*Q, 128] lane-replicated, [X*Q, 128], [X*Q, E] float32)."""
+    acc scratch ([X*Q, 128] lane-replicated, [X*Q, 128], [X*Q, E] float32). Query block qi of
+    the grid is block `ids_ref[qi]` of the row (all blocks, or a device's share); `n_rows` query
+    blocks, `n_blocks` key blocks."""
     outs, (m_ref, l_ref, acc_ref) = refs[:-3], refs[-3:]
     b, qi, kj = pl.program_id(0), pl.program_id(2), pl.program_id(3)
     x, q, e = q_ref.shape
@@ -140,7 +144,7 @@ def _kernel(scale_ref, window_ref, visible_ref, first_ref, last_ref,  # scalar p
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
     # (no floor division or modulo: their sign handling does not lower; kj >= 0)
-    word = visible_ref[(b * n_blocks + qi) * pl.cdiv(n_blocks, _WORD) + jax.lax.div(kj, _WORD)]
+    word = visible_ref[(b * n_rows + qi) * pl.cdiv(n_blocks, _WORD) + jax.lax.div(kj, _WORD)]
 
     @pl.when(((word >> jax.lax.rem(kj, _WORD)) & 1) == 1)
     def _visit():
@@ -155,7 +159,7 @@ def _kernel(scale_ref, window_ref, visible_ref, first_ref, last_ref,  # scalar p
         q_meta = q_meta_ref[...]  # [Q, 128]: lanes 0, 1, 2 = segment, parent, position
         seg_q, par_q = q_meta[:, 0:1], q_meta[:, 1:2]  # [Q, 1]
         seg_k = k_meta_ref[0:1, :]  # [1, Q]
-        q_idx = qi * q + jax.lax.broadcasted_iota(jnp.int32, (q, kq), 0)
+        q_idx = ids_ref[qi] * q + jax.lax.broadcasted_iota(jnp.int32, (q, kq), 0)
         k_idx = kj * kq + jax.lax.broadcasted_iota(jnp.int32, (q, kq), 1)
         allowed = (seg_k != 0) & (k_idx <= q_idx) & ((seg_k == seg_q) | (seg_k == par_q))
         if windowed:
@@ -189,41 +193,50 @@ def _kernel(scale_ref, window_ref, visible_ref, first_ref, last_ref,  # scalar p
         acc_out_ref[...] = acc.reshape(x, q, e)
 
 
-def _run(q, k, v, mask: Mask, *, scale, softcap, block, interpret, finish):
+def _run(q, k, v, mask: Mask, *, scale, softcap, block, interpret, finish, q_blocks=None):
     """The kernel over rows padded to a multiple of `block`: the finished [B, G, X, T, E] output
-    (`finish`), else the state (m, total, acc), all for the padded T."""
+    (`finish`), else the state (m, total, acc), all for the padded T. `q_blocks`: q holds only
+    these query blocks ([Aq] int32) of the row that k, v and `mask` hold whole."""
     if block % _LANES:
         raise JaxevalError(
             f"the TPU attention kernel's blocks are multiples of {_LANES} rows, not {block}",
             hint=f"choose an attention block of {_LANES}, {2 * _LANES}, ...",
         )
-    b, t, h, e = q.shape
+    b, tq, h, e = q.shape
+    t = k.shape[1]
     g = k.shape[2]
     x = h // g
     n = t // block
+    nq = tq // block
+    ids = jnp.arange(n, dtype=jnp.int32) if q_blocks is None else jnp.asarray(q_blocks, jnp.int32)
     segment, parent, positions, window = mask
-    q5 = q.reshape(b, t, g, x, e).transpose(0, 2, 3, 1, 4)  # [B, G, X, T, E]
+    q5 = q.reshape(b, tq, g, x, e).transpose(0, 2, 3, 1, 4)  # [B, G, X, Aq*Q, E]
     k4, v4 = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, G, T, E]
     q_meta = jnp.stack([segment, parent, positions], -1).astype(jnp.int32)  # [B, T, 3]
     q_meta = jnp.pad(q_meta, ((0, 0), (0, 0), (0, _LANES - 3)))  # [B, T, 128]
+    if q_blocks is not None:  # the held query blocks' rows: [B, Aq*Q, 128]
+        q_meta = q_meta.reshape(b, n, block, _LANES)[:, ids].reshape(b, tq, _LANES)
     k_meta = jnp.stack([segment, positions], 1).astype(jnp.int32)  # [B, 2, T]
     k_meta = jnp.pad(k_meta, ((0, 0), (0, _SUBLANES - 2), (0, 0)))  # [B, 8, T]
-    visible = row_visibility(mask, block=block)  # [B, A, A]
-    first, last = visit_range(visible)  # [B, A]
+    visible = row_visibility(mask, block=block)[:, ids]  # [B, Aq, A]
+    first, last = visit_range(visible)  # [B, Aq]
     prefetch = (
         jnp.asarray(scale, jnp.float32).reshape(1),
         jnp.asarray(NO_WINDOW if window is None else window, jnp.int32).reshape(1),
         pack_visibility(visible),
         first.reshape(-1),
         last.reshape(-1),
+        ids,
     )
 
-    def kv_map(bi, gi, qi, kj, scale_ref, window_ref, visible_ref, first_ref, last_ref):
-        at = bi * n + qi
+    def kv_map(bi, gi, qi, kj, scale_ref, window_ref, visible_ref, first_ref, last_ref, ids_ref):
+        at = bi * nq + qi
         return bi, gi, key_block(kj, first_ref[at], last_ref[at]), 0
 
-    def k_meta_map(bi, gi, qi, kj, scale_ref, window_ref, visible_ref, first_ref, last_ref):
-        at = bi * n + qi
+    def k_meta_map(
+        bi, gi, qi, kj, scale_ref, window_ref, visible_ref, first_ref, last_ref, ids_ref
+    ):
+        at = bi * nq + qi
         return bi, 0, key_block(kj, first_ref[at], last_ref[at])
 
     heads_spec = pl.BlockSpec(
@@ -241,7 +254,7 @@ def _run(q, k, v, mask: Mask, *, scale, softcap, block, interpret, finish):
         out_specs = [heads_spec]
     else:
         out_shape = [
-            jax.ShapeDtypeStruct((b, g, n, _SUBLANES, x * block), jnp.float32),
+            jax.ShapeDtypeStruct((b, g, nq, _SUBLANES, x * block), jnp.float32),
             jax.ShapeDtypeStruct(q5.shape, jnp.float32),
         ]
         out_specs = [
@@ -251,8 +264,9 @@ def _run(q, k, v, mask: Mask, *, scale, softcap, block, interpret, finish):
             ),
             heads_spec,
         ]
-    # Declared cost, for every row one causal request (an upper bound on the visited blocks).
-    visits = b * g * n * (n + 1) // 2
+    # Declared cost, for every row one causal request (an upper bound on the visited blocks); a
+    # device's zig-zag share of a row's query blocks (`attention.sequence`) visits Aq/A of it.
+    visits = b * g * nq * (n + 1) // 2
     pair_count = visits * x * block * block
     kv_bytes = visits * block * (2 * e * k.dtype.itemsize + _SUBLANES * 4)
     cost = pl.CostEstimate(
@@ -261,14 +275,15 @@ def _run(q, k, v, mask: Mask, *, scale, softcap, block, interpret, finish):
         bytes_accessed=kv_bytes
         + q5.size * q.dtype.itemsize
         + sum(s.size * s.dtype.itemsize for s in out_shape)
-        + b * g * t * _LANES * 4,
+        + b * g * tq * _LANES * 4,
     )
     kernel = functools.partial(
-        _kernel, softcap=softcap, windowed=window is not None, finish=finish, n_blocks=n
-    )
+        _kernel, softcap=softcap, windowed=window is not None, finish=finish, n_rows=nq,
+        n_blocks=n,
+    )  # fmt: skip
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=len(prefetch),
-        grid=(b, g, n, n),
+        grid=(b, g, nq, n),
         in_specs=in_specs,
         out_specs=out_specs,
         scratch_shapes=[
@@ -302,6 +317,18 @@ def _padded(block: int, q, k, v, mask: Mask) -> tuple[jax.Array, jax.Array, jax.
     return padded(q), padded(k), padded(v), Mask(*map(padded, rows), mask.window)
 
 
+def _whole(block: int, q, k, v, mask: Mask, q_blocks) -> tuple:
+    """`_padded`, or with `q_blocks` the operands as they are (whole blocks, checked)."""
+    if q_blocks is None:
+        return _padded(block, q, k, v, mask)
+    if q.shape[1] % block or k.shape[1] % block:
+        raise JaxevalError(
+            f"held query blocks need rows of whole blocks of {block}: {q.shape[1]} queries, "
+            f"{k.shape[1]} keys"
+        )
+    return q, k, v, mask
+
+
 def packed_state(
     q: Float["B T H E"],
     k: Float["B T G E"],
@@ -312,21 +339,24 @@ def packed_state(
     softcap: float | None,
     block: int = 128,
     interpret: bool | pltpu.InterpretParams = False,
+    q_blocks: IntAq | None = None,
 ) -> State:
     """The online-softmax state of each query over its row's own keys: m, total [B, G, X, T] and
     acc [B, G, X, T, E], float32 (`mask.State`).
 
     `interpret` runs the kernel on any host: True, Pallas's interpreter (fast); a
     `pltpu.InterpretParams`, the TPU simulator (DMAs, uninitialised VMEM: slow, for small grids).
+    `q_blocks`: q holds only these query blocks of the row (`packed_attention`).
     """
     b, t, h, e = q.shape
     g = k.shape[2]
     x = h // g
-    padded = _padded(block, q, k, v, mask)
+    padded = _whole(block, q, k, v, mask, q_blocks)
     n = padded[0].shape[1] // block
     stats, acc = _run(
-        *padded, scale=scale, softcap=softcap, block=block, interpret=interpret, finish=False
-    )
+        *padded, scale=scale, softcap=softcap, block=block, interpret=interpret, finish=False,
+        q_blocks=q_blocks,
+    )  # fmt: skip
     # [B, G, A, X*Q] -> [B, G, X, T]
     stats = stats[:, :, :, :2].reshape(b, g, n, 2, x, block).transpose(3, 0, 1, 4, 2, 5)
     m, total = stats.reshape(2, b, g, x, n * block)[:, :, :, :, :t]
@@ -344,21 +374,29 @@ def packed_attention(
     block: int = 128,
     init: State | None = None,
     interpret: bool | pltpu.InterpretParams = False,
+    q_blocks: IntAq | None = None,
 ) -> Float["B T H E"]:
     """`blocked_attend` on a TPU: packed rows' attention under `mask`, continuing from `init` (an
     online-softmax state over keys seen before, [B, G, X, T] m and total, [B, G, X, T, E] acc)
-    when given. Output in v's dtype; a query that saw nothing gets zeros."""
+    when given. Output in v's dtype; a query that saw nothing gets zeros.
+
+    `q_blocks`: q [B, Aq*Q, H, E] holds only these query blocks ([Aq] int32) of the row that k,
+    v and `mask` hold whole, T a multiple of the block (sequence parallelism:
+    `jaxeval.models.attention.sequence`); the grid runs Aq query blocks.
+    """
     b, t, h, e = q.shape
     if init is None:
-        padded = _padded(block, q, k, v, mask)
+        padded = _whole(block, q, k, v, mask, q_blocks)
         (out,) = _run(
-            *padded, scale=scale, softcap=softcap, block=block, interpret=interpret, finish=True
-        )
+            *padded, scale=scale, softcap=softcap, block=block, interpret=interpret, finish=True,
+            q_blocks=q_blocks,
+        )  # fmt: skip
         out = out[:, :, :, :t]  # [B, G, X, T, E]
     else:
         m1, total1, acc1 = packed_state(
-            q, k, v, mask, scale=scale, softcap=softcap, block=block, interpret=interpret
-        )
+            q, k, v, mask, scale=scale, softcap=softcap, block=block, interpret=interpret,
+            q_blocks=q_blocks,
+        )  # fmt: skip
         m0, total0, acc0 = init
         m = jnp.maximum(m0, m1)  # [B, G, X, T]
         c0, c1 = jnp.exp(m0 - m), jnp.exp(m1 - m)
