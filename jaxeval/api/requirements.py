@@ -30,7 +30,8 @@ PUNKT_INSTRUCTIONS = frozenset(
 FETCH_PUNKT = "python -m nltk.downloader -d ~/nltk_data punkt_tab"
 
 
-def _has_nltk_resource(resource: str) -> bool:
+def has_nltk_resource(resource: str) -> bool:
+    """Whether nltk finds `resource` (e.g. `tokenizers/punkt_tab/english/`) on its data path."""
     import nltk
 
     try:
@@ -47,7 +48,7 @@ def check_ifeval(task: Any) -> None:
         for i, doc in enumerate(task.eval_docs)
         if PUNKT_INSTRUCTIONS & set(doc.get("instruction_id_list") or ())
     ]
-    if not needing or _has_nltk_resource(PUNKT_RESOURCE):
+    if not needing or has_nltk_resource(PUNKT_RESOURCE):
         return
     raise JaxevalError(
         f"{len(needing)} of {len(task.eval_docs)} documents use IFEval instructions scored with "

@@ -19,6 +19,7 @@ from typing import Any
 
 from jaxeval.api import request_cache, scoring
 from jaxeval.api.config import TaskConfig
+from jaxeval.api.custom_dataset import build_custom_dataset
 from jaxeval.api.data import load_task_dataset
 from jaxeval.api.instance import Instance
 from jaxeval.api.prompt import (
@@ -38,10 +39,19 @@ log = logging.getLogger(__name__)
 class Task:
     """A configured task. Holds its docs, sampler, metrics, filters and built instances."""
 
-    def __init__(self, config: TaskConfig, *, data_files: dict[str, str] | None = None):
+    def __init__(
+        self,
+        config: TaskConfig,
+        *,
+        data_files: dict[str, str] | None = None,
+        data_dir: str | None = None,
+    ):
+        """`data_files` ({split: path}) replace a hub dataset; `data_dir` (the hub layout) serves
+        what a `custom_dataset` function loads (`jaxeval.api.custom_dataset`)."""
         self.config = config
         self.name: str = config.task or "unnamed_task"
         self._data_files = data_files
+        self._data_dir = data_dir
         self.metric_table: scoring.MetricTable = scoring.resolve_metrics(config)
         self.filters = scoring.resolve_filters(config)
         self.instances: list[Instance] = []
@@ -65,7 +75,13 @@ class Task:
     def _download(self) -> Any:
         cfg = self.config
         if callable(cfg.custom_dataset):
-            return cfg.custom_dataset(**(cfg.metadata or {}), **(cfg.dataset_kwargs or {}))
+            return build_custom_dataset(
+                cfg.custom_dataset,
+                task=self.name,
+                metadata=cfg.metadata or {},
+                dataset_kwargs=cfg.dataset_kwargs or {},
+                data_dir=self._data_dir,
+            )
         return load_task_dataset(
             task=self.name,
             dataset_path=cfg.dataset_path,

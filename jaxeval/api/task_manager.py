@@ -272,7 +272,7 @@ class TaskManager:
         if entry.py_class is not None:
             return self._build_class_task(entry, overrides)
         config = self.task_config(entry, overrides)
-        task = Task(config, data_files=self._local_files(config))
+        task = Task(config, data_files=self._local_files(config), data_dir=self.data_dir)
         if entry.source == "lm-eval":
             requirements.check(task, entry.yaml_path, self.catalogue_dir)
         return task

@@ -34,6 +34,8 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import logging
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +47,7 @@ from jaxeval.api import compat
 from jaxeval.errors import JaxevalError
 from jaxeval.metrics.hf_evaluate import local_load
 
+log = logging.getLogger(__name__)
 TASK_PACKAGES = ("jaxeval.tasks", "lm_eval.tasks")
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -104,6 +107,47 @@ def _local_evaluate_metrics(path: Path) -> Iterator[None]:
         evaluate.load = original
 
 
+def _hub_offline() -> bool:
+    """Whether the run is offline (`HF_HUB_OFFLINE` / `HF_DATASETS_OFFLINE`, which jaxeval's CLI
+    sets when the hub cannot be reached)."""
+    return any(
+        os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+@contextlib.contextmanager
+def _offline_nltk_downloads(path: Path) -> Iterator[None]:
+    """While an offline run imports a helper from a folder whose code calls `nltk.download` (RULER's
+    `prepare_niah.py` and IFEval's `instructions_util.py` fetch punkt_tab at import when it is
+    missing), `nltk.download` reaches no network: it logs and returns False, as nltk does when the
+    download fails. Whether the data is needed is checked where it is used (punkt_tab:
+    `jaxeval.api.requirements`, `jaxeval.api.haystack`)."""
+    if not _hub_offline() or importlib.util.find_spec("nltk") is None:
+        yield
+        return
+    try:
+        mentions = any(b"nltk.download" in p.read_bytes() for p in path.parent.glob("*.py"))
+    except OSError:
+        mentions = False
+    if not mentions:
+        yield
+        return
+    import nltk
+
+    original = nltk.download
+
+    def download(info_or_id: Any = None, *args: Any, **kwargs: Any) -> bool:
+        log.info("offline: nltk.download(%r) skipped while importing %s", info_or_id, path)
+        return False
+
+    nltk.download = download
+    try:
+        yield
+    finally:
+        nltk.download = original
+
+
 def _load_module(path: Path) -> Any:
     name = module_name_for(path)
     mtime = path.stat().st_mtime_ns
@@ -118,7 +162,7 @@ def _load_module(path: Path) -> Any:
     module.__jaxeval_mtime__ = mtime  # type: ignore[attr-defined]
     sys.modules[name] = module
     try:
-        with _local_evaluate_metrics(path):
+        with _local_evaluate_metrics(path), _offline_nltk_downloads(path):
             spec.loader.exec_module(module)
     except ModuleNotFoundError as e:
         sys.modules.pop(name, None)

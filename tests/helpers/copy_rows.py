@@ -59,6 +59,8 @@ ROWS = {
     "mmlu/world_religions/dev.jsonl": 5,
     "mmlu/world_religions/test.jsonl": 5,
     "piqa/validation.jsonl": 40,  # task parity (limit 20, 5-shot pool)
+    # RULER's essay haystack in the long-context parity test (line-level WikiText, ~2,800 words)
+    "wikitext/wikitext-2-raw-v1/test.jsonl": 60,
     "wikitext_document_level/wikitext-2-raw-v1/test.jsonl": 6,  # task parity (limit 4), workloads
     "winogrande/winogrande_xl/validation.jsonl": 40,  # task parity (limit 20), helpers
 }

@@ -130,7 +130,7 @@ def test_ifeval_without_punkt_data_fails_first_saying_what_to_fetch(tmp_path, mo
     from jaxeval.api.task_manager import TaskManager
     from jaxeval.errors import JaxevalError
 
-    monkeypatch.setattr(requirements, "_has_nltk_resource", lambda resource: False)
+    monkeypatch.setattr(requirements, "has_nltk_resource", lambda resource: False)
     # the ten docs use no Punkt-scored instruction: they build without the data
     assert TaskManager(data_dir=str(DATA)).load(["leaderboard_ifeval"]).tasks
     rows = (DATA / "instruction-following-eval/train.jsonl").read_text().splitlines()
