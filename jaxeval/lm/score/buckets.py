@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from jaxeval.errors import JaxevalError
+from jaxeval.models.attention.sequence import tokens_split
 
 DEFAULT_TOKEN_BUDGET = 16384
 DEFAULT_MIN_LENGTH = 256
@@ -54,7 +55,8 @@ class BucketSet:
     """A sorted, validated, finite set of buckets.
 
     `fit_rows=True` (the default grid, `fitted_buckets`) lets the planner cut a bucket's last batch
-    into power-of-two row counts (multiples of `row_multiple`) instead of padding it to `rows`, and
+    into power-of-two row counts (multiples of `row_multiple`, or of 1 for rows long enough to
+    split their tokens over the devices: `multiple_at`) instead of padding it to `rows`, and
     pack rows to a length chosen from the work (`jaxeval.lm.score.shaping`); explicit bucket lists keep
     exactly their shapes.
     """
@@ -86,6 +88,10 @@ class BucketSet:
         """The distinct row lengths T, ascending."""
         return tuple(sorted({b.length for b in self.buckets}))
 
+    def multiple_at(self, length: int) -> int:
+        """What batches of rows of T = `length` tokens are a multiple of (`row_multiple_at`)."""
+        return row_multiple_at(length, self.row_multiple)
+
     def max_points(self, length: int) -> int:
         """The largest K among buckets of exactly this T (what a row of that length may score)."""
         return max(b.points for b in self.buckets if b.length == length)
@@ -105,8 +111,20 @@ class BucketSet:
 
 
 def _round_rows(budget: int, length: int, multiple: int) -> int:
+    """B = budget // T rounded down to a multiple of the batch devices (at least one multiple);
+    rows too long for even one to a device come fewer than that when their tokens can split
+    over the devices instead (`row_multiple_at`)."""
     rows = max(1, budget // length)
+    if rows < multiple and row_multiple_at(length, multiple) == 1:
+        return rows
     return max(multiple, rows // multiple * multiple)
+
+
+def row_multiple_at(length: int, multiple: int) -> int:
+    """What a batch of rows of T = `length` tokens must be a multiple of: the batch devices
+    (`multiple`), or 1 when rows that do not divide over them split their tokens instead
+    (`models.attention.sequence.tokens_split`: T a multiple of 2 x devices x 128)."""
+    return 1 if tokens_split(length, multiple) else multiple
 
 
 def make_buckets(

@@ -33,7 +33,7 @@ from jax.sharding import Mesh
 
 from jaxeval.kernels.score import ScoreBatch, fast_vocab_chunk, score
 from jaxeval.lm.executables import Executables, Job
-from jaxeval.lm.score.buckets import Bucket, BucketSet
+from jaxeval.lm.score.buckets import Bucket, BucketSet, row_multiple_at
 from jaxeval.lm.score.planner import ScorePlan
 from jaxeval.models.contract import DecoderModel
 from jaxeval.models.runtime import Runtime
@@ -88,10 +88,9 @@ class Scorer:
         self.params = place_params(params, mesh)
         self.vocab_chunk = vocab_chunk
         shards = batch_shards(mesh)
-        self.batch_sharding = batch_sharding(mesh, (shards, 1))  # every bucket's rows divide
         self.replicated = replicated(mesh)
-        for b in buckets:
-            if b.rows % shards:
+        for b in buckets:  # rows divide over the batch axes, or split their tokens over them
+            if b.rows % row_multiple_at(b.length, shards):
                 raise ValueError(
                     f"bucket {b} has {b.rows} rows, not a multiple of the {shards} batch shards"
                 )
@@ -105,11 +104,16 @@ class Scorer:
     def chunk_for(self, bucket: Bucket) -> int:
         return self.vocab_chunk or fast_vocab_chunk(bucket.rows * bucket.points, self.vocab_size)
 
+    def batch_sharding(self, bucket: Bucket) -> Any:
+        """The bucket's batch arrays: rows over the batch axes, or replicated when they do not
+        divide (rows that split their tokens over the devices inside the kernel instead)."""
+        return batch_sharding(self.mesh, (bucket.rows, 1))
+
     def abstract_batch(self, bucket: Bucket) -> ScoreBatch:
+        sharding = self.batch_sharding(bucket)
+
         def arr(width):
-            return jax.ShapeDtypeStruct(
-                (bucket.rows, width), np.int32, sharding=self.batch_sharding
-            )
+            return jax.ShapeDtypeStruct((bucket.rows, width), np.int32, sharding=sharding)
 
         t, k = bucket.length, bucket.points
         return ScoreBatch(arr(t), arr(t), arr(t), arr(t), arr(k), arr(k), arr(k))
@@ -128,7 +132,7 @@ class Scorer:
         """The bucket's executable: `kernel(bucket)` at the sharding boundary (parameters keep
         their shardings, batches split over the batch axes, outputs replicated)."""
         params_sharding = jax.tree.map(lambda x: x.sharding, self.params)
-        batch_shardings = ScoreBatch(*([self.batch_sharding] * len(ScoreBatch._fields)))
+        batch_shardings = ScoreBatch(*([self.batch_sharding(bucket)] * len(ScoreBatch._fields)))
         return Job(
             bucket,
             self.kernel(bucket),
@@ -212,7 +216,7 @@ class Scorer:
                     on_batch(int(idx.size), 0)
                 continue
             fn = self.compiled(pb.bucket)
-            batch = put_global(pb.batch, self.batch_sharding)
+            batch = put_global(pb.batch, self.batch_sharding(pb.bucket))
             if on_dispatch is not None:
                 on_dispatch()
             pending.append((pb, fn(self.params, batch)))

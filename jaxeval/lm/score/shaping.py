@@ -9,7 +9,8 @@ Two decisions, both pure functions of the rows the planner built:
    windows into max_length rows. Each row then shrinks to the smallest bucket holding its content.
 
 2. **Batches** (`shape_batches`). A bucket with n rows runs n // B full batches of B rows; the rest
-   is cut into power-of-two row counts (multiples of `row_multiple`), so no row is padding:
+   is cut into power-of-two row counts (multiples of `row_multiple`, or of 1 where rows split
+   their tokens over the devices: `BucketSet.multiple_at`), so no row is padding:
 
        B = 32, n = 75 -> 32 + 32 + 8 + 2 + 1                     (exact: 5 batches, 4 shapes)
 
@@ -117,12 +118,11 @@ def shape_batches(
     `rows_by_bucket` maps each bucket to the indices of its rows (rows hold `row_tokens[i]` real
     tokens); every row lands in exactly one returned batch.
     """
-    m = buckets.row_multiple
     groups = {b: list(r) for b, r in rows_by_bucket.items() if r}
     real = sum(row_tokens[i] for rows in groups.values() for i in rows)
 
     def computed(n: int, b: Bucket) -> int:
-        return _round_up(n, m) * b.length
+        return _round_up(n, buckets.multiple_at(b.length)) * b.length
 
     spare = real / min_efficiency - sum(computed(len(r), b) for b, r in groups.items())
     # Rare buckets move into the next bigger bucket already in use (one shape fewer).
@@ -137,7 +137,8 @@ def shape_batches(
         big = min(bigger, key=lambda b: (b.length, b.points))
         n_small, n_big = len(groups[small]), len(groups[big])
         cost = computed(n_small + n_big, big) - computed(n_big, big) - computed(n_small, small)
-        cost += point_cost * _round_up(n_small, m) * (big.points - small.points)  # head work
+        head = _round_up(n_small, buckets.multiple_at(small.length))
+        cost += point_cost * head * (big.points - small.points)  # head work
         if cost <= spare:
             groups[big].extend(groups[small])
             groups[small] = []
@@ -151,7 +152,7 @@ def shape_batches(
         r = len(rows) - full
         if not r:
             continue
-        options = _remainder_options(r, bucket.rows, m)
+        options = _remainder_options(r, bucket.rows, buckets.multiple_at(bucket.length))
         base = options[0][0]
         known = {bucket.rows} if full else set()
         chosen = min(

@@ -49,6 +49,14 @@ from jaxeval.shapes import Float
 MIN_BLOCK = 128  # tokens per attention block of a split row at least (a TPU lane width)
 
 
+def tokens_split(length: int, ways: int) -> bool:
+    """Whether rows of T = `length` tokens can split over `ways` (n) batch devices: 2n chunks of
+    whole `MIN_BLOCK`-token blocks (what `sequence_split` asks of a row, besides a blocked
+    attention). The scoring grid lets such rows come fewer than n to a batch
+    (`lm.score.buckets`)."""
+    return ways > 1 and length % (2 * ways * MIN_BLOCK) == 0
+
+
 def sequence_split(mesh: Mesh | None, *, rows: int, length: int, block: int) -> Split | None:
     """The split of B = `rows` rows of T = `length` tokens attended in blocks of Q = `block` on
     `mesh` (module docstring), or None: no mesh of several batch devices, the rows divide over
@@ -57,10 +65,9 @@ def sequence_split(mesh: Mesh | None, *, rows: int, length: int, block: int) -> 
     if mesh is None or block <= 0 or not batch_axes(mesh):
         return None
     n = batch_shards(mesh)
-    if rows_axis(mesh, rows) is not None or length % (2 * n):
+    if rows_axis(mesh, rows) is not None or not tokens_split(length, n):
         return None
-    chunk = length // (2 * n)
-    q = math.gcd(chunk, block)
+    q = math.gcd(length // (2 * n), block)
     if q < MIN_BLOCK:
         return None
     return Split(mesh=mesh, ways=n, length=length, block=q)
