@@ -25,6 +25,8 @@ DOC = REPO / "docs" / "tpu.md"
 # and kernels (`--no_layer_costs`), which is what a larger slice changes.
 LENGTHS = ["--lengths", "2048,8192"]
 QUICK = ["--lengths", "2048", "--no_layer_costs"]
+GEN_32K = ["--gen_slots", "32768", "--max_gen_toks", "128"]
+LONG = ["--lengths", "32768,131072", *GEN_32K]
 TABLES = {
     "smollm2-v5e-8": ("configs/models/smollm2-135m", "v5e-8", LENGTHS),
     "smollm2-v5e-8-xla": ("configs/models/smollm2-135m", "v5e-8", [*LENGTHS, "--attention", "xla"]),
@@ -43,6 +45,14 @@ TABLES = {
         "configs/models/qwen2.5-14b-instruct",
         "v5e-4",
         ["--lengths", "2048,32768", "--no_layer_costs"],
+    ),
+    # long context: one long row splits its tokens over the chips (`models.attention.sequence`)
+    "llama-3.1-8b-v5e-8-long": ("configs/models/llama-3.1-8b", "v5e-8", LONG),
+    "llama-3.1-8b-v6e-8-long": ("configs/models/llama-3.1-8b", "v6e-8", LONG),
+    "qwen2.5-7b-instruct-v5e-4-long": (
+        "configs/models/qwen2.5-7b-instruct",
+        "v5e-4",
+        ["--lengths", "32768", *GEN_32K],
     ),
 }
 

@@ -265,3 +265,50 @@ def test_long_prompt_greedy_tokens_equal_one_device(eight, tmp_path_factory, mon
     assert sequence is not None
     assert tokens("data") == single
     assert any(s is not None and s.ways == 8 for s in splits)
+
+
+@pytest.mark.slow
+def test_long_requests_through_the_run_equal_one_device(eight, tmp_path_factory, monkeypatch):
+    """`JaxLM` on the data mesh at max_length 4,096 and a 4,096-token budget: the 2,048- and
+    4,096-token buckets hold fewer rows than devices (split), and every loglikelihood, greedy flag
+    and rolling total equals one device's (the invariance suite's bounds)."""
+    from jaxeval.api.instance import Instance
+    from jaxeval.lm.jax_lm import JaxLM
+
+    path = tiny_checkpoint(
+        "llama", root=str(tmp_path_factory.getbasetemp() / "sequence"), max_position_embeddings=4096
+    )
+    rng = np.random.default_rng(5)
+    words = ["alpha", "beta", "gamma", "delta", "river", "stone", "cloud", "seven", "north"]
+    texts = [" ".join(rng.choice(words, n)) for n in (900, 600, 1500)]
+    ll_args = [(t, " stone cloud") for t in texts[:2]] + [(texts[2][:4000], " river")]
+    results, splits = {}, []
+
+    def counted(mesh, **kw):
+        out = sequence_split(mesh, **kw)
+        splits.append(out)
+        return out
+
+    monkeypatch.setattr(decoder, "sequence_split", counted)
+    for mesh in ("single", "data"):
+        lm = JaxLM(pretrained=path, dtype="float32", mesh=mesh, max_length=4096, token_budget=4096)
+        if mesh == "data":
+            grid = lm.scorer.buckets
+            assert grid.multiple_at(4096) == 1 and min(b.rows for b in grid if b.length >= 2048) < 8
+        ll = lm.loglikelihood(
+            [Instance("loglikelihood", {}, a, i) for i, a in enumerate(ll_args)], disable_tqdm=True
+        )
+        rolling = lm.loglikelihood_rolling(
+            [Instance("loglikelihood_rolling", {}, (t,), i) for i, t in enumerate(texts)],
+            disable_tqdm=True,
+        )
+        results[mesh] = (
+            np.array([x[0] for x in ll]),
+            np.array([x[1] for x in ll]),
+            np.array(rolling),
+        )
+    assert any(s is not None and s.length == 4096 for s in splits)
+    (ll0, gr0, roll0), (ll, gr, roll) = results["single"], results["data"]
+    np.testing.assert_allclose(ll, ll0, atol=1e-5, rtol=2e-7)
+    np.testing.assert_array_equal(gr, gr0)
+    np.testing.assert_allclose(roll, roll0, atol=1e-5, rtol=1e-6)

@@ -11,7 +11,9 @@ Per device, an engine of R rows (split over the S batch shards) x C slots holds:
     per row      the decode step's float32 logits twice [V] and one row's attention scores [H, C]
     admission    one `admit` call: ADMIT_TOKENS padded tokens (or one prompt of C) times
                  the scoring budget's per-token activations (`budget.activation_bytes_per_token`,
-                 a float32 estimate, scaled to the compute dtype)
+                 a float32 estimate, scaled to the compute dtype); a prompt of C whose tokens
+                 split over the S shards (`models.attention.sequence`) holds 1/S of them, plus
+                 one layer's keys and values of all C gathered
 
 `wanted` rows (the batch size asked for, or the default) halve while that exceeds ENGINE_SHARE of
 the free memory, never below S. A `gen_batch_size` given explicitly is kept when the cache and its
@@ -29,7 +31,9 @@ import jax
 import numpy as np
 
 from jaxeval.errors import JaxevalError
+from jaxeval.lm.generate.plan import prefill_bucket
 from jaxeval.lm.score.budget import activation_bytes_per_token, device_free_bytes, host_free_bytes
+from jaxeval.models.attention.sequence import tokens_split
 
 ADMIT_TOKENS = 2048  # padded suffix tokens one `admit` call prefills at most (or one prompt)
 ENGINE_SHARE = 0.5  # of the free memory the engine's cache and temporaries may take by default
@@ -87,7 +91,15 @@ def engine_fit(
     per_row = cache_row_bytes(spec, slots)
     step = 2 * 4 * int(spec.vocab_size) + 4 * int(spec.num_heads) * int(slots)
     scale = np.dtype(spec.compute_dtype).itemsize / 4  # the estimate is in float32
-    admission = int(max(ADMIT_TOKENS, int(slots)) * activation_bytes_per_token(spec, slots) * scale)
+    prompt = max(ADMIT_TOKENS, int(slots))
+    tokens, gathered = prompt, 0
+    if prompt > ADMIT_TOKENS and tokens_split(prefill_bucket(prompt), int(shards)):
+        tokens = -(-prompt // int(shards))
+        width = (
+            int(spec.cache_heads) * int(spec.cache_head_dim) * np.dtype(spec.compute_dtype).itemsize
+        )
+        gathered = 2 * prefill_bucket(prompt) * width
+    admission = int(tokens * activation_bytes_per_token(spec, slots) * scale) + gathered
     return EngineFit(
         rows=int(rows),
         slots=int(slots),
