@@ -92,12 +92,19 @@ def param_bytes_per_chip(params: Any) -> int:
 
 
 def score_buckets(grid: Any, lengths: list[int]) -> list[Bucket]:
-    """Per length (the grid's nearest at or above), the buckets with the fewest and most points."""
+    """Per length (the grid's nearest at or above), the buckets with the fewest and most points;
+    where a batch holds one row a device and rows split their tokens over the devices
+    (`BucketSet.multiple_at`), also the fewest points' batch of one row (a lone long document:
+    its tokens over every chip)."""
     out: list[Bucket] = []
     for want in lengths:
         length = min((b.length for b in grid if b.length >= want), default=grid.max_length)
         at = [b for b in grid if b.length == length]
-        for b in (min(at, key=lambda b: b.points), max(at, key=lambda b: b.points)):
+        fewest = min(at, key=lambda b: b.points)
+        shapes = [fewest, max(at, key=lambda b: b.points)]
+        if grid.multiple_at(length) == 1 and 1 < fewest.rows <= grid.row_multiple:
+            shapes.append(dataclasses.replace(fewest, rows=1))
+        for b in shapes:
             if b not in out:
                 out.append(b)
     return out

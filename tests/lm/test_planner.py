@@ -117,9 +117,9 @@ def test_buckets_are_sorted_validated_and_cover_max_length():
     assert b.max_length == 2048 and len(b) == 8
     assert make_buckets(max_length=100, token_budget=1000, row_multiple=8).buckets[-1].length == 104
     eights = make_buckets(max_length=4096, token_budget=4096, row_multiple=8)
-    assert all(x.rows % eights.multiple_at(x.length) == 0 for x in eights)
-    # rows of 2,048 and 4,096 tokens split their tokens over the 8 devices: fewer than 8 a batch
-    assert {x.length: x.rows for x in eights} == {256: 16, 512: 8, 1024: 8, 2048: 2, 4096: 1}
+    assert all(x.rows % 8 == 0 for x in eights)
+    # rows of 2,048 and 4,096 tokens split their tokens over the 8 devices: a last batch may
+    # hold fewer than 8 (`shaping`)
     assert [eights.multiple_at(t) for t in (1024, 2048, 3072, 4096)] == [8, 1, 8, 1]
     with pytest.raises(JaxevalError):
         make_buckets(max_length=512, lengths=[128, 256])

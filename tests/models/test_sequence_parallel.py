@@ -269,9 +269,10 @@ def test_long_prompt_greedy_tokens_equal_one_device(eight, tmp_path_factory, mon
 
 @pytest.mark.slow
 def test_long_requests_through_the_run_equal_one_device(eight, tmp_path_factory, monkeypatch):
-    """`JaxLM` on the data mesh at max_length 4,096 and a 4,096-token budget: the 2,048- and
-    4,096-token buckets hold fewer rows than devices (split), and every loglikelihood, greedy flag
-    and rolling total equals one device's (the invariance suite's bounds)."""
+    """`JaxLM` on the data mesh at max_length 4,096 and a 4,096-token budget: the last batches of
+    the 4,096-token rows hold fewer rows than devices (their tokens split), and every
+    loglikelihood, greedy flag and rolling total equals one device's (the invariance suite's
+    bounds)."""
     from jaxeval.api.instance import Instance
     from jaxeval.lm.jax_lm import JaxLM
 
@@ -294,7 +295,7 @@ def test_long_requests_through_the_run_equal_one_device(eight, tmp_path_factory,
         lm = JaxLM(pretrained=path, dtype="float32", mesh=mesh, max_length=4096, token_budget=4096)
         if mesh == "data":
             grid = lm.scorer.buckets
-            assert grid.multiple_at(4096) == 1 and min(b.rows for b in grid if b.length >= 2048) < 8
+            assert grid.multiple_at(4096) == 1  # a last batch may hold fewer rows than devices
         ll = lm.loglikelihood(
             [Instance("loglikelihood", {}, a, i) for i, a in enumerate(ll_args)], disable_tqdm=True
         )

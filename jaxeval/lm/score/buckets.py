@@ -111,12 +111,10 @@ class BucketSet:
 
 
 def _round_rows(budget: int, length: int, multiple: int) -> int:
-    """B = budget // T rounded down to a multiple of the batch devices (at least one multiple);
-    rows too long for even one to a device come fewer than that when their tokens can split
-    over the devices instead (`row_multiple_at`)."""
+    """B = budget // T rounded down to a multiple of the batch devices (at least one multiple).
+    A bucket's last batch may hold fewer (`shaping.shape_batches`): for rows that split their
+    tokens over the devices (`row_multiple_at`), fewer than one a device, down to a lone row."""
     rows = max(1, budget // length)
-    if rows < multiple and row_multiple_at(length, multiple) == 1:
-        return rows
     return max(multiple, rows // multiple * multiple)
 
 
