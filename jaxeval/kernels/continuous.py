@@ -48,13 +48,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.experimental.layout import Layout, with_layout_constraint
-from jax.sharding import Mesh
 
 from jaxeval.kernels.decode_step import decode_step
 from jaxeval.kernels.generate import BUDGET, PAD_TOKEN, StopTable, apply_stops
 from jaxeval.kernels.sampling import SamplingParams, next_tokens, row_keys
 from jaxeval.kernels.stop_match import empty_buffer
-from jaxeval.models.contract import ROW_AXES, SLOT_AXES, DecoderModel
+from jaxeval.models.contract import ROW_AXES, SLOT_AXES, DecoderModel, KVCache
 from jaxeval.models.runtime import REFERENCE, Runtime
 from jaxeval.platform.mesh import constrain_rows
 from jaxeval.shapes import Bool, Float, Int
@@ -113,11 +112,25 @@ def row_dims(state: EngineState) -> EngineState:
     return dims._replace(cache=ROW_AXES, steps=None)
 
 
-def _constrain(state: EngineState, mesh: Mesh | None) -> EngineState:
+def cache_split(cache: Any, runtime: Runtime) -> Any:
+    """The slot split of an engine cache (`Runtime.slots_split`: fewer rows than batch devices),
+    or None: its rows split as every other leaf's."""
+    if not isinstance(cache, KVCache):
+        return None
+    return runtime.slots_split(rows=cache.valid.shape[0], slots=cache.valid.shape[1])
+
+
+def _constrain(state: EngineState, runtime: Runtime) -> EngineState:
+    mesh = runtime.mesh
     leaves, tree = jax.tree.flatten(state)
     dims = jax.tree.leaves(row_dims(state), is_leaf=lambda d: d is None)
     out = [x if d is None else constrain_rows(x, mesh, d) for x, d in zip(leaves, dims)]
-    return jax.tree.unflatten(tree, out)
+    state = jax.tree.unflatten(tree, out)
+    split = cache_split(state.cache, runtime)
+    if split is not None:  # (the rows' constraint above is none: they do not divide)
+        k, v = split.constrain(state.cache.k, state.cache.v)
+        state = state._replace(cache=state.cache._replace(k=k, v=v))
+    return state
 
 
 def _kernel_layouts(state: EngineState) -> EngineState:
@@ -231,14 +244,29 @@ def _forward_new_via_cache(model, params, prefix, tokens, positions, valid, star
     return h, k.transpose(0, 1, 4, 2, 3), v.transpose(0, 1, 3, 2, 4)
 
 
-def _install(cache, prefix, k_new, v_new, valid, positions, batch: AdmitBatch):
+def _install(cache, prefix, k_new, v_new, valid, positions, batch: AdmitBatch, split=None):
     """Engine rows dst <- the prefix's slots [0, S') (all rows) and then each admitted row's own
     prompt (`src`) at slots [start, start + P), keys/values [L, U, P, G, E] from `forward_new`;
     padding entries (dst = B) and slots past C are dropped. Slots past a row's prompt keep what
-    the row held before; its causal bound never reads them."""
+    the row held before; its causal bound never reads them. `split`: the engine's slots split
+    over the devices (`cache_split`): each device writes its own slots' keys and values."""
     dst, src = batch.dst, batch.src
     sp, p = prefix.valid.shape[1], valid.shape[1]
     r = dst.shape[0]
+    start = jnp.asarray(batch.start, jnp.int32)
+    if split is not None:
+        k, v = split.install(cache.k, cache.v, k_new, v_new, dst, src, start, (prefix.k, prefix.v))
+        flags = []
+        for buf, pre, new in (
+            (cache.valid, prefix.valid, valid),
+            (cache.positions, prefix.positions, positions),
+        ):  # the [B, C] flags, whole on every device
+            if sp:
+                buf = buf.at[dst, :sp].set(jnp.broadcast_to(pre, (r, sp)), mode="drop")
+            rows = dst[:, None]
+            slots = (start + jnp.arange(p, dtype=jnp.int32))[None, :]
+            flags.append(buf.at[rows, slots].set(new[src].astype(buf.dtype), mode="drop"))
+        return KVCache(k=k, v=v, valid=flags[0], positions=flags[1])
     if sp:  # every admitted row gets the prefix's slots [0, S')
 
         def put_prefix(buf, pre, row, slot):
@@ -252,7 +280,7 @@ def _install(cache, prefix, k_new, v_new, valid, positions, batch: AdmitBatch):
 
         cache = jax.tree.map(put_prefix, cache, prefix, ROW_AXES, SLOT_AXES)
     rows = dst[:, None]  # [R, 1]
-    slots = (jnp.asarray(batch.start, jnp.int32) + jnp.arange(p, dtype=jnp.int32))[None, :]
+    slots = (start + jnp.arange(p, dtype=jnp.int32))[None, :]
     # k[:, dst[r], :, :, start + t] <- k_new[:, src[r], t]: the indexed axes go first, [R, P, ...]
     k_rows = jnp.take(k_new, src, axis=1).transpose(1, 2, 0, 3, 4)  # [R, P, L, G, E]
     v_rows = jnp.take(v_new, src, axis=1).transpose(1, 2, 0, 3, 4)
@@ -312,7 +340,8 @@ def admit(
     tok = _pick(logits, settings, seed, jnp.int32(0), sample)
     rows = _record(rows, tok, settings, stop_table)
 
-    cache = _install(state.cache, prefix, k_new, v_new, valid, positions, batch)
+    split = cache_split(state.cache, runtime)
+    cache = _install(state.cache, prefix, k_new, v_new, valid, positions, batch, split)
     dst = batch.dst
 
     def set_rows(buf, new):
@@ -330,7 +359,7 @@ def admit(
         reason=set_rows(state.reason, rows.reason),
         steps=state.steps,
     )
-    return _constrain(state, runtime.mesh)
+    return _constrain(state, runtime)
 
 
 def select_rows(state: EngineState, keep: IntR, *, runtime: Runtime = REFERENCE) -> EngineState:
@@ -338,7 +367,7 @@ def select_rows(state: EngineState, keep: IntR, *, runtime: Runtime = REFERENCE)
     leaves, tree = jax.tree.flatten(state)
     dims = jax.tree.leaves(row_dims(state), is_leaf=lambda d: d is None)
     out = [x if d is None else jnp.take(x, keep, axis=d) for x, d in zip(leaves, dims)]
-    return _constrain(jax.tree.unflatten(tree, out), runtime.mesh)
+    return _constrain(jax.tree.unflatten(tree, out), runtime)
 
 
 def decode_chunk(
@@ -361,8 +390,7 @@ def decode_chunk(
     checks of the condition (a row done stays done, so more only overshoots `want`): the TPU plan
     counts one step's cost as the difference between 2 and 1 (`jaxeval.plan.costs.step_costs`).
     """
-    mesh = runtime.mesh
-    state = _kernel_layouts(_constrain(state, mesh))
+    state = _kernel_layouts(_constrain(state, runtime))
 
     def cond(st: EngineState) -> jax.Array:
         n_done = jnp.sum(st.done, dtype=jnp.int32)
@@ -390,7 +418,7 @@ def decode_chunk(
             reason=rows.reason,
             steps=st.steps + 1,
         )
-        return _kernel_layouts(_constrain(st, mesh))
+        return _kernel_layouts(_constrain(st, runtime))
 
     def steps(st: EngineState) -> EngineState:
         for _ in range(steps_per_iteration):

@@ -20,6 +20,7 @@ on long ones; `forward_cached` updates the cache in place and reads only its wri
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -28,6 +29,7 @@ import numpy as np
 
 from jaxeval.models import attention as attn
 from jaxeval.models.attention.sequence import sequence_split
+from jaxeval.models.attention.slots import slots_split
 from jaxeval.models.contract import KVCache
 from jaxeval.models.layers import HIGHEST, mlp, norm
 from jaxeval.models.moe import moe_block
@@ -270,13 +272,15 @@ def weights_stay(spec, runtime: Runtime, tokens: int) -> bool:
 
 
 def _cached_layers(
-    spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index, new_valid=None
-):
+    spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index, new_valid=None,
+    slot_split=None,
+):  # fmt: skip
     """The layer scan of `forward_cached` and `forward_new`: each layer attends over its cache
     slots before `index` (the backend's `cache_state`), then over this call's own keys (densely,
     or the backend's `packed` on a long prefill): `attention.cache_attend`'s steps, composed with
     the runtime's backend. Returns the hidden states before the final norm and every layer's new
-    keys/values [L, B, T, G, E]."""
+    keys/values [L, B, T, G, E]. `slot_split`: the cache's slots split over the batch devices
+    (`attention.slots`), each device reading its own."""
     dtype = jnp.dtype(spec.compute_dtype)
     windowed = any(spec.sliding_window)
     dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
@@ -305,7 +309,10 @@ def _cached_layers(
                 q, k, v = (pin(a, runtime.rows_mesh) for a in (q, k, v))
             window = consts["window"] if windowed else None
             scale, softcap, sinks = consts["scale"], spec.attn_softcap, p["attn"].get("sinks")
-            state = backend.cache_state(
+            read = backend.cache_state
+            if slot_split is not None:
+                read = functools.partial(slot_split.cache_state, backend)
+            state = read(
                 q, cache.k, cache.v, layer, slot_valid, slot_pos, q_positions, index,
                 window=window, scale=scale, softcap=softcap,
             )  # fmt: skip
@@ -424,11 +431,18 @@ def forward_cached(
         slot_pos = jax.lax.dynamic_update_slice(
             cache.positions, positions.astype(jnp.int32), (zero, index)
         )
+    # an engine of fewer rows than batch devices: each row's slots split over them
+    split = None
+    if per_row:
+        split = slots_split(runtime.rows_mesh, rows=b, slots=cache.valid.shape[1])
     x, k, v = _cached_layers(
-        spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index
-    )
-    # the backend's cache write (the reference: one scatter, or one `dynamic_update_slice`)
-    k_all, v_all = runtime.attention.write_slots(cache.k, cache.v, k, v, index)
+        spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index,
+        slot_split=split,
+    )  # fmt: skip
+    if split is not None:  # each device writes the slots it holds
+        k_all, v_all = split.write_slots(runtime.attention, cache.k, cache.v, k, v, index)
+    else:  # the backend's cache write (the reference: one scatter, or one `dynamic_update_slice`)
+        k_all, v_all = runtime.attention.write_slots(cache.k, cache.v, k, v, index)
     x = norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
     return x, KVCache(k=k_all, v=v_all, valid=slot_valid, positions=slot_pos)
 

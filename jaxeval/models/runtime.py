@@ -29,10 +29,12 @@ gets: the tests' reference and a model traced outside any run.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from jax.sharding import Mesh
 
 from jaxeval.models.attention import XLA, AttentionBackend, select_attention
+from jaxeval.models.attention.slots import slots_split
 from jaxeval.models.experts import BLOCKED, ExpertBackend, select_experts
 
 
@@ -51,6 +53,11 @@ class Runtime:
         if self.mesh is None or self.mesh.devices.size == 1:
             return None
         return self.mesh
+
+    def slots_split(self, *, rows: int, slots: int) -> Any:
+        """How an engine cache of `rows` rows x `slots` slots splits its slots over the batch
+        devices (`models.attention.slots.SlotSplit`), or None: its rows split, or one device."""
+        return slots_split(self.rows_mesh, rows=rows, slots=slots)
 
 
 REFERENCE = Runtime()

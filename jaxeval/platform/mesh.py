@@ -193,6 +193,12 @@ def constrain_rows(x: jax.Array, mesh: Mesh | None, row_dim: int = 0) -> jax.Arr
     return jax.lax.with_sharding_constraint(x, batch_sharding(mesh, x.shape, row_dim))
 
 
+def constrain_to(x: jax.Array, sharding: NamedSharding) -> jax.Array:
+    """Inside a jitted kernel: pins `x` to `sharding` (a layout another rule chose: a KV cache
+    whose slots split over the batch axes, `models.attention.slots`)."""
+    return jax.lax.with_sharding_constraint(x, sharding)
+
+
 def fsdp_splits(mesh: Mesh | None) -> bool:
     """Whether `mesh` shards parameters over an `fsdp` axis of more than one device."""
     return mesh is not None and mesh.shape.get("fsdp", 1) > 1

@@ -55,6 +55,7 @@ from jaxeval.kernels.continuous import (
     EngineState,
     RowSettings,
     admit,
+    cache_split,
     decode_chunk,
     init_state,
     prefill_prefix,
@@ -75,6 +76,7 @@ from jaxeval.lm.generate.prefixes import PrefixGroup, shared_prefixes
 from jaxeval.lm.generate.schedule import Call, Item, Schedule, tail_threshold
 from jaxeval.lm.generate.sizing import engine_rows, free_bytes_per_device
 from jaxeval.lm.generate.stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
+from jaxeval.models.contract import KVCache
 from jaxeval.models.runtime import Runtime
 from jaxeval.platform import distributed
 from jaxeval.platform.distributed import fingerprint
@@ -195,6 +197,12 @@ class ContinuousEngine:
                 for x, d in zip(leaves, dims)
             ],
         )
+        # fewer rows than batch devices: each row's slots split over them (`attention.slots`)
+        self.split = cache_split(abstract.cache, target.runtime)
+        if self.split is not None:
+            k_s, v_s, flags = self.split.shardings(abstract.cache.k.shape[2])
+            cache = KVCache(k=k_s, v=v_s, valid=flags, positions=flags)
+            self.state_shardings = self.state_shardings._replace(cache=cache)
         self.abstract = jax.tree.map(
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
             abstract,
@@ -374,10 +382,14 @@ def engine_shape(
     """(B rows, C slots, N new tokens, sampled): one engine for all the prompts.
 
     B is the batch size, but never more rows than the work has copies (rounded up to a power of
-    two, then to the shard count): four prompts decode in four rows, not in sixteen.
+    two, then to the shard count): four prompts decode in four rows, not in sixteen. A batch size
+    below the shard count stays as it is (`sizing.engine_rows` keeps it, given explicitly, when
+    each row's slots split over the shards, else rounds it up).
     """
     copies = pow2_at_least(sum(pr.copies for pr in prompts), 1)
     rows = max(shards, -(-min(batch_size, copies) // shards) * shards)
+    if batch_size < shards:
+        rows = pow2_at_least(min(batch_size, copies), 1)
     n_new = pow2_at_least(max(pr.max_new for pr in prompts), MIN_BUCKET)
     need = 0
     for g in groups:

@@ -15,8 +15,14 @@ Per device, an engine of R rows (split over the S batch shards) x C slots holds:
                  split over the S shards (`models.attention.sequence`) holds 1/S of them, plus
                  one layer's keys and values of all C gathered
 
+An engine of R < S rows splits each row's C slots over the S shards instead
+(`models.attention.slots`, when C cuts into S pieces of whole lanes): a device holds R / S of
+the rows' caches and each row's attention scores over C / S slots.
+
 `wanted` rows (the batch size asked for, or the default) halve while that exceeds ENGINE_SHARE of
-the free memory, never below S. A `gen_batch_size` given explicitly is kept when the cache and its
+the free memory, down to S; below S only while S rows exceed the free memory and the slots
+split (one row of 131,072 slots of an 8B model over the 8 chips of a v5e-8). A `gen_batch_size`
+below S is kept when the slots split. A `gen_batch_size` given explicitly is kept when the cache and its
 temporaries fit all of the free memory, else it is an error that names the largest row count that
 fits; a shape whose S rows do not fit at all says so, with what to change. On the CPU the free
 memory is the host's available memory (`budget.host_free_bytes`).
@@ -34,6 +40,7 @@ from jaxeval.errors import JaxevalError
 from jaxeval.lm.generate.plan import prefill_bucket
 from jaxeval.lm.score.budget import activation_bytes_per_token, device_free_bytes, host_free_bytes
 from jaxeval.models.attention.sequence import tokens_split
+from jaxeval.models.attention.slots import slot_splits
 
 ADMIT_TOKENS = 2048  # padded suffix tokens one `admit` call prefills at most (or one prompt)
 ENGINE_SHARE = 0.5  # of the free memory the engine's cache and temporaries may take by default
@@ -90,6 +97,10 @@ def engine_fit(
     local = -(-int(rows) // max(1, int(shards)))
     per_row = cache_row_bytes(spec, slots)
     step = 2 * 4 * int(spec.vocab_size) + 4 * int(spec.num_heads) * int(slots)
+    if slot_splits(int(shards), int(rows), int(slots)):  # every row, 1/S of its slots
+        local = int(rows)
+        per_row = -(-per_row // int(shards))
+        step = 2 * 4 * int(spec.vocab_size) + 4 * int(spec.num_heads) * (int(slots) // shards)
     scale = np.dtype(spec.compute_dtype).itemsize / 4  # the estimate is in float32
     prompt = max(ADMIT_TOKENS, int(slots))
     tokens, gathered = prompt, 0
@@ -123,7 +134,8 @@ def engine_rows(
     """The engine's rows for `wanted` rows of `slots` slots on devices with `free_bytes` free
     (module docstring). `explicit`: the user asked for `wanted`; it is kept or refused, never cut."""
     shards = max(1, int(shards))
-    wanted = max(shards, -(-int(wanted) // shards) * shards)
+    if not (explicit and slot_splits(shards, int(wanted), int(slots))):
+        wanted = max(shards, -(-int(wanted) // shards) * shards)
     fit = engine_fit(spec, rows=wanted, slots=slots, shards=shards, free_bytes=free_bytes)
     if free_bytes is None:
         return fit
@@ -141,8 +153,13 @@ def engine_rows(
             f"{what}: gen_batch_size={wanted} needs {fit.text()}", field="gen_batch_size", hint=hint
         )
     rows = wanted
-    while rows > shards and fit.total_bytes > ENGINE_SHARE * free_bytes:
-        rows = max(shards, (rows // 2) // shards * shards)
+    while fit.total_bytes > ENGINE_SHARE * free_bytes:
+        if rows > shards:
+            rows = max(shards, (rows // 2) // shards * shards)
+        elif fit.total_bytes > free_bytes and slot_splits(shards, rows // 2, slots):
+            rows //= 2  # a row a shard does not fit at all: fewer rows, their slots split
+        else:
+            break
         fit = engine_fit(spec, rows=rows, slots=slots, shards=shards, free_bytes=free_bytes)
     if fit.total_bytes > free_bytes:
         raise JaxevalError(
@@ -154,9 +171,16 @@ def engine_rows(
 
 
 def _most_rows(spec: Any, free_bytes: int, shards: int, slots: int, *, share: float) -> int:
-    """The most rows (a multiple of `shards`) whose engine fits `share` of `free_bytes`; 0: none."""
+    """The most rows (a multiple of `shards`, or fewer whose slots split) whose engine fits
+    `share` of `free_bytes`; 0: none."""
     one = engine_fit(spec, rows=shards, slots=slots, shards=shards, free_bytes=free_bytes)
     if one.total_bytes > share * free_bytes:
+        rows = shards // 2
+        while slot_splits(shards, rows, slots):
+            fit = engine_fit(spec, rows=rows, slots=slots, shards=shards, free_bytes=free_bytes)
+            if fit.total_bytes <= share * free_bytes:
+                return rows
+            rows //= 2
         return 0
     per_local = max(1, cache_row_bytes(spec, slots) + 8 * int(spec.vocab_size))
     local = 1 + int((share * free_bytes - one.total_bytes) // per_local)

@@ -1,0 +1,297 @@
+"""Slot parallelism: an engine of fewer rows than batch devices splits its KV cache's slots.
+
+    split = slots_split(mesh, rows=B, slots=C)     # None: the rows split over the devices
+    split.shardings(heads)                         # k, v: C over the batch axes; flags whole
+    state = split.cache_state(backend, q, k_cache, v_cache, layer, valid, positions, ...)
+    k_cache, v_cache = split.write_slots(k_cache, v_cache, k, v, index)
+    k_cache, v_cache = split.install(k_cache, v_cache, k_new, v_new, dst, src, start, prefix)
+
+**When.** A generation engine keeps each row's cache on one device when its B rows divide over
+the n devices of the batch axes. A row longer than one device's memory holds (131,072 slots of
+Llama-3.1-8B: 16 GiB) cannot; an engine of B < n rows then splits each row's C slots over the
+n devices instead: device d holds slots [d C/n, (d + 1) C/n) of every row, contiguous, so a
+decode step reads each device's shard once. C must cut into n pieces of whole `LANE` slots.
+The slot flags and positions ([B, C] booleans and integers) stay whole on every device.
+
+**Reading.** Each device runs its backend's `cache_state` (the Pallas decode kernel on a TPU)
+over its own slots, with each row's index moved to its shard (`index - d C/n`, clipped to the
+shard), and the n online-softmax states merge by their running maxima (a log-sum-exp): the
+state of all slots before the index, up to float32 summation order.
+
+**Writing.** A decode step's keys go to the device holding their slot (the others drop them).
+An admission's prompt keys [L, U, P, G, E] arrive split into n pieces of P/n tokens (whole when
+P does not divide); the pieces go round the devices (n - 1 `ppermute`s), each device writing the
+tokens that land in its slots, so no device holds more than two pieces. A shared prefix (one
+small replicated row) is written the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxeval.models.attention.backend import AttentionBackend
+from jaxeval.ops.attention.mask import State
+from jaxeval.platform.mesh import batch_axes, batch_shards, constrain_to, rows_axis
+from jaxeval.shapes import Bool, Float, Int
+
+LANE = 128  # slots per device come in whole multiples of this (a TPU lane width)
+
+IntB = Int["B"]
+IntR = Int["R"]
+
+
+def slots_split(mesh: Mesh | None, *, rows: int, slots: int) -> SlotSplit | None:
+    """The split of an engine of B = `rows` rows x C = `slots` slots on `mesh` (module
+    docstring), or None: no mesh of several batch devices, the rows divide over them, or C does
+    not cut into n pieces of whole `LANE` slots."""
+    if mesh is None or not batch_axes(mesh):
+        return None
+    n = batch_shards(mesh)
+    if n < 2 or rows_axis(mesh, rows) is not None or slots % (n * LANE):
+        return None
+    return SlotSplit(mesh=mesh, ways=n, slots=slots)
+
+
+def slot_splits(ways: int, rows: int, slots: int) -> bool:
+    """`slots_split`'s rule by numbers: B rows < n ways (not a multiple of them) and C slots in n
+    pieces of whole `LANE` slots (the engine's sizing asks it before it has a mesh)."""
+    return ways > 1 and rows % ways != 0 and slots % (ways * LANE) == 0
+
+
+def _heads_entry(mesh: Mesh, g: int) -> Any:
+    from jaxeval.models.sharding import logical_sharding  # the rule table imports this package
+
+    return logical_sharding(mesh, ("kv_heads",), (g,)).spec[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotSplit:
+    """C slots of every row in n contiguous pieces over the batch axes (module docstring)."""
+
+    mesh: Mesh
+    ways: int  # n
+    slots: int  # C
+
+    @property
+    def local(self) -> int:
+        """C/n: the slots each device holds."""
+        return self.slots // self.ways
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return batch_axes(self.mesh)
+
+    def _entry(self) -> Any:
+        axes = self.axes
+        return axes if len(axes) > 1 else axes[0]
+
+    def specs(self, g: int) -> tuple[P, P, P]:
+        """PartitionSpecs of k [L, B, G, E, C], v [L, B, G, C, E] and the [B, C] flags."""
+        heads, entry = _heads_entry(self.mesh, g), self._entry()
+        return P(None, None, heads, None, entry), P(None, None, heads, entry, None), P()
+
+    def shardings(self, g: int) -> tuple[NamedSharding, NamedSharding, NamedSharding]:
+        return tuple(NamedSharding(self.mesh, s) for s in self.specs(g))  # type: ignore[return-value]
+
+    def constrain(self, k_cache: jax.Array, v_cache: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Inside a jitted kernel: the caches pinned to the split."""
+        k_s, v_s, _ = self.shardings(k_cache.shape[2])
+        return constrain_to(k_cache, k_s), constrain_to(v_cache, v_s)
+
+    def _device(self) -> jax.Array:
+        return jax.lax.axis_index(self.axes)
+
+    def cache_state(
+        self,
+        backend: AttentionBackend,
+        q: Float["B T H E"],
+        k_cache: Float["L B G E C"],
+        v_cache: Float["L B G C E"],
+        layer: Int[""],
+        slot_valid: Bool["B C"],
+        slot_positions: Int["B C"],
+        q_positions: Int["B T"],
+        index: Int[""] | IntB,
+        *,
+        window: Int[""] | None,
+        scale: Float[""],
+        softcap: float | None,
+    ) -> State:
+        """`backend.cache_state` over the split cache: each device over its own slots, the states
+        merged (module docstring)."""
+        g = k_cache.shape[2]
+        k_spec, v_spec, _ = self.specs(g)
+        heads = k_spec[2]
+        axes, n_local = self.axes, self.local
+        local_backend = (
+            dataclasses.replace(backend, mesh=None) if hasattr(backend, "mesh") else backend
+        )
+        b = q.shape[0]
+
+        def local(q, k_cache, v_cache, layer, valid, positions, q_positions, index, window, scale):
+            offset = self._device() * n_local
+            valid = jax.lax.dynamic_slice_in_dim(valid, offset, n_local, axis=1)
+            positions = jax.lax.dynamic_slice_in_dim(positions, offset, n_local, axis=1)
+            row_index = jnp.broadcast_to(jnp.asarray(index, jnp.int32), (b,))
+            here = jnp.clip(row_index - offset, 0, n_local)
+            m, total, acc = local_backend.cache_state(
+                q, k_cache, v_cache, layer, valid, positions, q_positions, here,
+                window=window, scale=scale, softcap=softcap,
+            )  # fmt: skip
+            top = jax.lax.pmax(m, axes)
+            c = jnp.exp(m - top)
+            total = jax.lax.psum(total * c, axes)
+            acc = jax.lax.psum(acc * c[..., None], axes)
+            return top, total, acc
+
+        args = (q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions, index)
+        args += (window, scale)
+        specs = (P(None, None, heads, None), k_spec, v_spec, P(), P(), P(), P(), P(), P(), P())
+        present = [i for i, a in enumerate(args) if a is not None]
+
+        def call(*given):
+            full: list[Any] = [None] * len(args)
+            for i, a in zip(present, given):
+                full[i] = a
+            return local(*full)
+
+        state = P(None, heads, None, None)
+        return jax.shard_map(
+            call,
+            mesh=self.mesh,
+            in_specs=tuple(specs[i] for i in present),
+            out_specs=(state, state, P(None, heads, None, None, None)),
+            check_vma=False,
+        )(*(args[i] for i in present))
+
+    def _put(self, k_cache, v_cache, k_rows, v_rows, rows, slots):
+        """Local write: k_rows [R, T, L, G, E] at (rows [R, 1], global slots [R or 1, T]); slots
+        outside this device's piece, and rows past B, are dropped."""
+        n_local = self.local
+        here = slots - self._device() * n_local
+        here = jnp.where((here >= 0) & (here < n_local), here, n_local)
+        k_cache = k_cache.at[:, rows, :, :, here].set(k_rows.astype(k_cache.dtype), mode="drop")
+        v_cache = v_cache.at[:, rows, :, here].set(v_rows.astype(v_cache.dtype), mode="drop")
+        return k_cache, v_cache
+
+    def write_slots(
+        self,
+        backend: AttentionBackend,
+        k_cache: Float["L B G E C"],
+        v_cache: Float["L B G C E"],
+        k: Float["L B T G E"],
+        v: Float["L B T G E"],
+        index: Int[""] | IntB,
+    ) -> tuple[jax.Array, jax.Array]:
+        """`backend.write_slots` on the split cache: each device writes the slots it holds. A
+        decode step (one key per row) goes through the backend's own write (the TPU's one-slot
+        updates), a row whose slot another device holds rewriting its last slot's own values;
+        longer writes scatter, dropping the slots held elsewhere."""
+        g = k_cache.shape[2]
+        k_spec, v_spec, _ = self.specs(g)
+        heads = k_spec[2]
+        b, t = k.shape[1], k.shape[2]
+        n_local = self.local
+        local_backend = (
+            dataclasses.replace(backend, mesh=None) if hasattr(backend, "mesh") else backend
+        )
+
+        def local(k_cache, v_cache, k, v, index):
+            row_index = jnp.broadcast_to(jnp.asarray(index, jnp.int32), (b,))
+            rows = jnp.arange(b, dtype=jnp.int32)[:, None]  # [B, 1]
+            if t == 1:
+                here = row_index - self._device() * n_local
+                inside = (here >= 0) & (here < n_local)  # [B]
+                at = jnp.clip(here, 0, n_local - 1)
+                row = rows[:, 0]
+                k_old = jnp.transpose(k_cache[:, row, :, :, at], (1, 0, 2, 3))  # [L, B, G, E]
+                v_old = jnp.transpose(v_cache[:, row, :, at, :], (1, 0, 2, 3))
+                keep = inside[None, :, None, None]
+                k_put = jnp.where(keep, k[:, :, 0], k_old)[:, :, None]  # [L, B, 1, G, E]
+                v_put = jnp.where(keep, v[:, :, 0], v_old)[:, :, None]
+                return local_backend.write_slots(k_cache, v_cache, k_put, v_put, at)
+            slots = row_index[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]  # [B, T]
+            k_rows = jnp.transpose(k, (1, 2, 0, 3, 4))  # [B, T, L, G, E]
+            v_rows = jnp.transpose(v, (1, 2, 0, 3, 4))
+            return self._put(k_cache, v_cache, k_rows, v_rows, rows, slots)
+
+        new = P(None, None, None, heads, None)
+        return jax.shard_map(
+            local,
+            mesh=self.mesh,
+            in_specs=(k_spec, v_spec, new, new, P()),
+            out_specs=(k_spec, v_spec),
+            check_vma=False,
+        )(k_cache, v_cache, k, v, index)
+
+    def install(
+        self,
+        k_cache: Float["L B G E C"],
+        v_cache: Float["L B G C E"],
+        k_new: Float["L U P G E"],
+        v_new: Float["L U P G E"],
+        dst: IntR,
+        src: IntR,
+        start: Int[""],
+        prefix: tuple[jax.Array, jax.Array] | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """Engine rows `dst` <- the prefix's slots [0, S') (`prefix`: its k [L, 1, G, E, S'] and
+        v [L, 1, G, S', E], replicated) and then prompt src[r]'s keys/values at slots
+        [start, start + P) (module docstring: the pieces go round). dst = B entries and slots
+        past C are dropped."""
+        g = k_cache.shape[2]
+        k_spec, v_spec, _ = self.specs(g)
+        heads = k_spec[2]
+        n, axes = self.ways, self.axes
+        p = k_new.shape[2]
+        pieces = p % n == 0
+        width = p // n if pieces else p
+
+        def local(k_cache, v_cache, k_new, v_new, dst, src, start, *pre):
+            rows = dst[:, None]
+            if pre:  # the prefix: its slots into every admitted row
+                k_pre, v_pre = pre
+                sp, r = k_pre.shape[4], dst.shape[0]
+                lead = (r, sp, k_pre.shape[0], k_pre.shape[2])  # [R, S, L, G]
+                k_rows = jnp.broadcast_to(
+                    jnp.transpose(k_pre[:, 0], (3, 0, 1, 2))[None], (*lead, k_pre.shape[3])
+                )  # [L, G, E, S] -> [R, S, L, G, E]
+                v_rows = jnp.broadcast_to(
+                    jnp.transpose(v_pre[:, 0], (2, 0, 1, 3))[None], (*lead, v_pre.shape[4])
+                )
+                slots = jnp.arange(sp, dtype=jnp.int32)[None, :]
+                k_cache, v_cache = self._put(k_cache, v_cache, k_rows, v_rows, rows, slots)
+            device = self._device()
+            k_piece, v_piece = k_new, v_new
+            for step in range(n if pieces else 1):
+                if step:  # the piece of device d - step arrives
+                    perm = [(i, (i + 1) % n) for i in range(n)]
+                    k_piece = jax.lax.ppermute(k_piece, axes, perm)
+                    v_piece = jax.lax.ppermute(v_piece, axes, perm)
+                owner = (device - step) % n if pieces else 0
+                first = jnp.asarray(start, jnp.int32) + owner * width
+                slots = (first + jnp.arange(width, dtype=jnp.int32))[None, :]  # a piece's
+                k_rows = jnp.take(k_piece, src, axis=1).transpose(1, 2, 0, 3, 4)  # R, piece, L...
+                v_rows = jnp.take(v_piece, src, axis=1).transpose(1, 2, 0, 3, 4)
+                k_cache, v_cache = self._put(k_cache, v_cache, k_rows, v_rows, rows, slots)
+            return k_cache, v_cache
+
+        new = P(None, None, self._entry() if pieces else None, heads, None)
+        args = [k_cache, v_cache, k_new, v_new, dst, src, start]
+        specs = [k_spec, v_spec, new, new, P(), P(), P()]
+        if prefix is not None and prefix[0].shape[4]:
+            args += list(prefix)
+            specs += [P(None, None, heads, None, None), P(None, None, heads, None, None)]
+        return jax.shard_map(
+            local,
+            mesh=self.mesh,
+            in_specs=tuple(specs),
+            out_specs=(k_spec, v_spec),
+            check_vma=False,
+        )(*args)
