@@ -32,6 +32,12 @@ refill order, or on the engine row it lands in.
 `want` rows are done (the host sets `want` = free rows it can refill), so refills happen as soon as
 they are useful and a chunk never stops for nothing.
 
+**Fewer rows than devices.** An engine whose B rows do not divide over the batch devices (one
+row of 131,072 slots on eight chips) keeps every row on every device and splits the slots instead
+(`cache_split`, `models.attention.slots`): the state's other leaves are replicated, the cache's
+keys and values hold C/n slots a device, `admit` writes each device's slots of the prompt's keys
+(`_install`) and the decode steps read and write each device's own (`forward_cached`).
+
 **The tail.** Once the queue is empty, finished rows cannot be refilled, but a decode step still
 reads every row's keys and values (and runs every row through the weights), so its cost falls with
 the rows it holds, live or not (docs/performance.md has the step times by rows). So when at most

@@ -411,6 +411,10 @@ def forward_cached(
 
         scan over l:  out_l = attend(q, k[l, :, :index] + new keys)      ys: new keys/values
         after:        k[:, :, index:index+T] <- ys                         (one write, in place)
+
+    With a per-row index on a cache whose rows do not divide over the batch devices (an engine
+    of fewer rows than devices), the cache's slots split over them instead (`attention.slots`):
+    each device reads and writes its own slots, the reads merged by their running maxima.
     """
     x = embed(spec, params, tokens, positions)
     index = jnp.asarray(index, jnp.int32)

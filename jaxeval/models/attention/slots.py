@@ -18,7 +18,8 @@ over its own slots, with each row's index moved to its shard (`index - d C/n`, c
 shard), and the n online-softmax states merge by their running maxima (a log-sum-exp): the
 state of all slots before the index, up to float32 summation order.
 
-**Writing.** A decode step's keys go to the device holding their slot (the others drop them).
+**Writing.** A decode step's keys go to the device holding their slot, through the backend's
+own one-slot write (the TPU's `write_row_slots`); the other devices drop them.
 An admission's prompt keys [L, U, P, G, E] arrive split into n pieces of P/n tokens (whole when
 P does not divide); the pieces go round the devices (n - 1 `ppermute`s), each device writing the
 tokens that land in its slots, so no device holds more than two pieces. A shared prefix (one
@@ -191,8 +192,9 @@ class SlotSplit:
     ) -> tuple[jax.Array, jax.Array]:
         """`backend.write_slots` on the split cache: each device writes the slots it holds. A
         decode step (one key per row) goes through the backend's own write (the TPU's one-slot
-        updates), a row whose slot another device holds rewriting its last slot's own values;
-        longer writes scatter, dropping the slots held elsewhere."""
+        updates), a row whose slot another device holds given the slot past this device's piece,
+        which every backend drops (a read of the old value instead makes the TPU compiler copy
+        the whole cache every step); longer writes scatter, dropping the slots held elsewhere."""
         g = k_cache.shape[2]
         k_spec, v_spec, _ = self.specs(g)
         heads = k_spec[2]
@@ -205,17 +207,11 @@ class SlotSplit:
         def local(k_cache, v_cache, k, v, index):
             row_index = jnp.broadcast_to(jnp.asarray(index, jnp.int32), (b,))
             rows = jnp.arange(b, dtype=jnp.int32)[:, None]  # [B, 1]
-            if t == 1:
+            if t == 1:  # a slot held elsewhere: past this piece, which every backend drops
                 here = row_index - self._device() * n_local
                 inside = (here >= 0) & (here < n_local)  # [B]
-                at = jnp.clip(here, 0, n_local - 1)
-                row = rows[:, 0]
-                k_old = jnp.transpose(k_cache[:, row, :, :, at], (1, 0, 2, 3))  # [L, B, G, E]
-                v_old = jnp.transpose(v_cache[:, row, :, at, :], (1, 0, 2, 3))
-                keep = inside[None, :, None, None]
-                k_put = jnp.where(keep, k[:, :, 0], k_old)[:, :, None]  # [L, B, 1, G, E]
-                v_put = jnp.where(keep, v[:, :, 0], v_old)[:, :, None]
-                return local_backend.write_slots(k_cache, v_cache, k_put, v_put, at)
+                at = jnp.where(inside, here, n_local)
+                return local_backend.write_slots(k_cache, v_cache, k, v, at)
             slots = row_index[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]  # [B, T]
             k_rows = jnp.transpose(k, (1, 2, 0, 3, 4))  # [B, T, L, G, E]
             v_rows = jnp.transpose(v, (1, 2, 0, 3, 4))
