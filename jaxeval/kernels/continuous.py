@@ -49,6 +49,7 @@ depend on the engine it sits in (**Exactness**).
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, NamedTuple
 
 import jax
@@ -250,18 +251,24 @@ def _forward_new_via_cache(model, params, prefix, tokens, positions, valid, star
     return h, k.transpose(0, 1, 4, 2, 3), v.transpose(0, 1, 3, 2, 4)
 
 
-def _install(cache, prefix, k_new, v_new, valid, positions, batch: AdmitBatch, split=None):
+def _install(
+    cache, prefix, k_new, v_new, valid, positions, batch: AdmitBatch, split=None, order=None
+):
     """Engine rows dst <- the prefix's slots [0, S') (all rows) and then each admitted row's own
     prompt (`src`) at slots [start, start + P), keys/values [L, U, P, G, E] from `forward_new`;
     padding entries (dst = B) and slots past C are dropped. Slots past a row's prompt keep what
     the row held before; its causal bound never reads them. `split`: the engine's slots split
-    over the devices (`cache_split`): each device writes its own slots' keys and values."""
+    over the devices (`cache_split`): each device writes its own slots' keys and values;
+    `order`: the keys/values come in the order of the prompts' token split (`Split`)."""
     dst, src = batch.dst, batch.src
     sp, p = prefix.valid.shape[1], valid.shape[1]
     r = dst.shape[0]
     start = jnp.asarray(batch.start, jnp.int32)
     if split is not None:
-        k, v = split.install(cache.k, cache.v, k_new, v_new, dst, src, start, (prefix.k, prefix.v))
+        k, v = split.install(
+            cache.k, cache.v, k_new, v_new, dst, src, start, (prefix.k, prefix.v),
+            chunk=0 if order is None else order.chunk,
+        )  # fmt: skip
         flags = []
         for buf, pre, new in (
             (cache.valid, prefix.valid, valid),
@@ -325,9 +332,16 @@ def admit(
     valid = batch.valid.astype(bool)
     positions = start + jnp.arange(p, dtype=jnp.int32)[None, :] * jnp.ones((u, 1), jnp.int32)
     new = getattr(model, "forward_new", None)
+    split = cache_split(state.cache, runtime)
+    order = None  # the prompts' keys in token order, else the order of their token split
+    if split is not None and new is not None and "split_keys" in inspect.signature(new).parameters:
+        order = runtime.prompt_split(rows=u, length=p)
     if new is None:  # a model with forward_cached only
         new = functools.partial(_forward_new_via_cache, model)
-    h, k_new, v_new = new(params, prefix, batch.tokens, positions, valid, start, runtime=runtime)
+    kw = {"split_keys": True} if order is not None else {}
+    h, k_new, v_new = new(
+        params, prefix, batch.tokens, positions, valid, start, runtime=runtime, **kw
+    )
     n_tokens = jnp.sum(valid, axis=1, dtype=jnp.int32)  # [U]
     h_last = h[jnp.arange(u), jnp.maximum(n_tokens - 1, 0)]  # [U, D]
     logits = model.head(params, h_last)[batch.src]  # [R, V]
@@ -346,8 +360,7 @@ def admit(
     tok = _pick(logits, settings, seed, jnp.int32(0), sample)
     rows = _record(rows, tok, settings, stop_table)
 
-    split = cache_split(state.cache, runtime)
-    cache = _install(state.cache, prefix, k_new, v_new, valid, positions, batch, split)
+    cache = _install(state.cache, prefix, k_new, v_new, valid, positions, batch, split, order)
     dst = batch.dst
 
     def set_rows(buf, new):

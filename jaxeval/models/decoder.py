@@ -273,14 +273,15 @@ def weights_stay(spec, runtime: Runtime, tokens: int) -> bool:
 
 def _cached_layers(
     spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index, new_valid=None,
-    slot_split=None,
+    slot_split=None, keys_in_device_order=False,
 ):  # fmt: skip
     """The layer scan of `forward_cached` and `forward_new`: each layer attends over its cache
     slots before `index` (the backend's `cache_state`), then over this call's own keys (densely,
     or the backend's `packed` on a long prefill): `attention.cache_attend`'s steps, composed with
     the runtime's backend. Returns the hidden states before the final norm and every layer's new
     keys/values [L, B, T, G, E]. `slot_split`: the cache's slots split over the batch devices
-    (`attention.slots`), each device reading its own."""
+    (`attention.slots`), each device reading its own. `keys_in_device_order`: a prompt whose
+    tokens split returns its keys/values in the split's device order (`Split.permute`)."""
     dtype = jnp.dtype(spec.compute_dtype)
     windowed = any(spec.sliding_window)
     dynamic = dynamic_inv_freq(spec.dynamic_rope, positions) if spec.dynamic_rope else None
@@ -290,7 +291,7 @@ def _cached_layers(
     # a long prompt whose rows do not divide over the batch devices: its tokens split instead
     split = None
     if new_valid is not None:
-        split = sequence_split(runtime.rows_mesh, rows=b, length=t, block=new_block)
+        split = runtime.prompt_split(rows=b, length=t)
     q_positions = positions
     if split is not None:
         new_block = split.block
@@ -348,7 +349,9 @@ def _cached_layers(
         vs.append(v)
     k, v = (parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=0) for parts in (ks, vs))
     if split is not None:  # back in token order
-        x, k, v = split.restore(x), split.restore(k, axis=2), split.restore(v, axis=2)
+        x = split.restore(x)
+        if not keys_in_device_order:
+            k, v = split.restore(k, axis=2), split.restore(v, axis=2)
     return x, k, v
 
 
@@ -362,6 +365,7 @@ def forward_new(
     start: Int[""],
     *,
     runtime: Runtime = REFERENCE,
+    split_keys: bool = False,
 ) -> tuple[Float["B T D"], Float["L B T G E"], Float["L B T G E"]]:
     """B prompts after a shared prefix: their hidden states and keys/values, nothing written.
 
@@ -371,11 +375,16 @@ def forward_new(
     [start, start + T). The caller writes the keys/values where it wants them (continuous
     batching: straight into the engine rows, `kernels.continuous.admit`), so no cache of B rows
     is built, filled and copied on the way.
+
+    `split_keys`: when the prompts split their tokens over the batch devices
+    (`Runtime.prompt_split`), their keys/values stay in the split's device order, each device's
+    own (a caller writing them piece by piece, `attention.slots.SlotSplit.install`, saves two
+    copies of every layer's keys and values).
     """
     x = embed(spec, params, tokens, positions)
     x, k, v = _cached_layers(
         spec, runtime, params, x, positions, prefix, prefix.valid, prefix.positions, start,
-        new_valid=valid.astype(bool),
+        new_valid=valid.astype(bool), keys_in_device_order=split_keys,
     )  # fmt: skip
     return norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps), k, v
 

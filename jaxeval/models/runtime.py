@@ -34,6 +34,7 @@ from typing import Any
 from jax.sharding import Mesh
 
 from jaxeval.models.attention import XLA, AttentionBackend, select_attention
+from jaxeval.models.attention.sequence import sequence_split
 from jaxeval.models.attention.slots import slots_split
 from jaxeval.models.experts import BLOCKED, ExpertBackend, select_experts
 
@@ -53,6 +54,13 @@ class Runtime:
         if self.mesh is None or self.mesh.devices.size == 1:
             return None
         return self.mesh
+
+    def prompt_split(self, *, rows: int, length: int) -> Any:
+        """How `rows` prompts of `length` tokens prefilled together split their tokens over the
+        batch devices (`models.attention.sequence.Split`), or None: their rows split, or no
+        split applies."""
+        block = self.attention.block_size(length)
+        return sequence_split(self.rows_mesh, rows=rows, length=length, block=block)
 
     def slots_split(self, *, rows: int, slots: int) -> Any:
         """How an engine cache of `rows` rows x `slots` slots splits its slots over the batch

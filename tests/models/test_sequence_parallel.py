@@ -21,6 +21,7 @@ from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
 from jaxeval.models import attention as attn
 from jaxeval.models import decoder, load_model, param_shardings
+from jaxeval.models import runtime as runtime_module
 from jaxeval.models.attention import reference, sequence
 from jaxeval.models.attention.sequence import Split, sequence_split
 from jaxeval.models.runtime import make_runtime
@@ -261,7 +262,7 @@ def test_long_prompt_greedy_tokens_equal_one_device(eight, tmp_path_factory, mon
         return gen.generate_tokens(requests)
 
     single = tokens("single")
-    monkeypatch.setattr(decoder, "sequence_split", counted)
+    monkeypatch.setattr(runtime_module, "sequence_split", counted)  # `Runtime.prompt_split`
     assert sequence is not None
     assert tokens("data") == single
     assert any(s is not None and s.ways == 8 for s in splits)

@@ -236,17 +236,21 @@ class SlotSplit:
         src: IntR,
         start: Int[""],
         prefix: tuple[jax.Array, jax.Array] | None = None,
+        *,
+        chunk: int = 0,
     ) -> tuple[jax.Array, jax.Array]:
         """Engine rows `dst` <- the prefix's slots [0, S') (`prefix`: its k [L, 1, G, E, S'] and
         v [L, 1, G, S', E], replicated) and then prompt src[r]'s keys/values at slots
         [start, start + P) (module docstring: the pieces go round). dst = B entries and slots
-        past C are dropped."""
+        past C are dropped. `chunk` > 0: the prompts' tokens come in the zig-zag device order of
+        their token split (`attention.sequence`: device d holds chunks d and 2n - 1 - d of
+        `chunk` tokens), each device's piece its own two chunks."""
         g = k_cache.shape[2]
         k_spec, v_spec, _ = self.specs(g)
         heads = k_spec[2]
         n, axes = self.ways, self.axes
         p = k_new.shape[2]
-        pieces = p % n == 0
+        pieces = p % n == 0 or chunk > 0
         width = p // n if pieces else p
 
         def local(k_cache, v_cache, k_new, v_new, dst, src, start, *pre):
@@ -271,8 +275,14 @@ class SlotSplit:
                     k_piece = jax.lax.ppermute(k_piece, axes, perm)
                     v_piece = jax.lax.ppermute(v_piece, axes, perm)
                 owner = (device - step) % n if pieces else 0
-                first = jnp.asarray(start, jnp.int32) + owner * width
-                slots = (first + jnp.arange(width, dtype=jnp.int32))[None, :]  # a piece's
+                if chunk:  # chunks owner and 2n - 1 - owner of the prompt
+                    own = jnp.arange(chunk, dtype=jnp.int32)
+                    tokens = jnp.concatenate(
+                        [owner * chunk + own, (2 * n - 1 - owner) * chunk + own]
+                    )
+                else:
+                    tokens = owner * width + jnp.arange(width, dtype=jnp.int32)
+                slots = (jnp.asarray(start, jnp.int32) + tokens)[None, :]  # a piece's
                 k_rows = jnp.take(k_piece, src, axis=1).transpose(1, 2, 0, 3, 4)  # R, piece, L...
                 v_rows = jnp.take(v_piece, src, axis=1).transpose(1, 2, 0, 3, 4)
                 k_cache, v_cache = self._put(k_cache, v_cache, k_rows, v_rows, rows, slots)
