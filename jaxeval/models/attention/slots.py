@@ -171,12 +171,21 @@ class SlotSplit:
             check_vma=False,
         )(*(args[i] for i in present))
 
-    def _put(self, k_cache, v_cache, k_rows, v_rows, rows, slots):
+    def _put(self, k_cache, v_cache, k_rows, v_rows, rows, slots, layer=None):
         """Local write: k_rows [R, T, L, G, E] at (rows [R, 1], global slots [R or 1, T]); slots
-        outside this device's piece, and rows past B, are dropped."""
+        outside this device's piece, and rows past B, are dropped. `layer`: k_rows [R, T, 1, G,
+        E] hold that layer alone."""
         n_local = self.local
         here = slots - self._device() * n_local
         here = jnp.where((here >= 0) & (here < n_local), here, n_local)
+        if layer is not None:  # the indexed axes (layer, row, slot) go first in the update
+            k_cache = k_cache.at[layer, rows, :, :, here].set(
+                k_rows[:, :, 0].astype(k_cache.dtype), mode="drop"
+            )
+            v_cache = v_cache.at[layer, rows, :, here].set(
+                v_rows[:, :, 0].astype(v_cache.dtype), mode="drop"
+            )
+            return k_cache, v_cache
         k_cache = k_cache.at[:, rows, :, :, here].set(k_rows.astype(k_cache.dtype), mode="drop")
         v_cache = v_cache.at[:, rows, :, here].set(v_rows.astype(v_cache.dtype), mode="drop")
         return k_cache, v_cache
@@ -268,24 +277,33 @@ class SlotSplit:
                 slots = jnp.arange(sp, dtype=jnp.int32)[None, :]
                 k_cache, v_cache = self._put(k_cache, v_cache, k_rows, v_rows, rows, slots)
             device = self._device()
-            k_piece, v_piece = k_new, v_new
-            for step in range(n if pieces else 1):
-                if step:  # the piece of device d - step arrives
-                    perm = [(i, (i + 1) % n) for i in range(n)]
-                    k_piece = jax.lax.ppermute(k_piece, axes, perm)
-                    v_piece = jax.lax.ppermute(v_piece, axes, perm)
-                owner = (device - step) % n if pieces else 0
-                if chunk:  # chunks owner and 2n - 1 - owner of the prompt
-                    own = jnp.arange(chunk, dtype=jnp.int32)
-                    tokens = jnp.concatenate(
-                        [owner * chunk + own, (2 * n - 1 - owner) * chunk + own]
+
+            def one_layer(layer, caches):  # a layer's pieces go round: two in memory at a time
+                k_cache, v_cache = caches
+                k_piece = jax.lax.dynamic_index_in_dim(k_new, layer, 0, keepdims=False)
+                v_piece = jax.lax.dynamic_index_in_dim(v_new, layer, 0, keepdims=False)
+                for step in range(n if pieces else 1):
+                    if step:  # the piece of device d - step arrives
+                        perm = [(i, (i + 1) % n) for i in range(n)]
+                        k_piece = jax.lax.ppermute(k_piece, axes, perm)
+                        v_piece = jax.lax.ppermute(v_piece, axes, perm)
+                    owner = (device - step) % n if pieces else 0
+                    if chunk:  # chunks owner and 2n - 1 - owner of the prompt
+                        own = jnp.arange(chunk, dtype=jnp.int32)
+                        tokens = jnp.concatenate(
+                            [owner * chunk + own, (2 * n - 1 - owner) * chunk + own]
+                        )
+                    else:
+                        tokens = owner * width + jnp.arange(width, dtype=jnp.int32)
+                    slots = (jnp.asarray(start, jnp.int32) + tokens)[None, :]  # a piece's
+                    k_rows = jnp.take(k_piece, src, axis=0)[:, :, None]  # R, piece, 1, G, E
+                    v_rows = jnp.take(v_piece, src, axis=0)[:, :, None]
+                    k_cache, v_cache = self._put(
+                        k_cache, v_cache, k_rows, v_rows, rows, slots, layer=layer
                     )
-                else:
-                    tokens = owner * width + jnp.arange(width, dtype=jnp.int32)
-                slots = (jnp.asarray(start, jnp.int32) + tokens)[None, :]  # a piece's
-                k_rows = jnp.take(k_piece, src, axis=1).transpose(1, 2, 0, 3, 4)  # R, piece, L...
-                v_rows = jnp.take(v_piece, src, axis=1).transpose(1, 2, 0, 3, 4)
-                k_cache, v_cache = self._put(k_cache, v_cache, k_rows, v_rows, rows, slots)
+                return k_cache, v_cache
+
+            k_cache, v_cache = jax.lax.fori_loop(0, k_new.shape[0], one_layer, (k_cache, v_cache))
             return k_cache, v_cache
 
         new = P(None, None, self._entry() if pieces else None, heads, None)
