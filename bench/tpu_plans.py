@@ -49,6 +49,13 @@ TABLES = {
     # long context: one long row splits its tokens over the chips (`models.attention.sequence`)
     "llama-3.1-8b-v5e-8-long": ("configs/models/llama-3.1-8b", "v5e-8", LONG),
     "llama-3.1-8b-v6e-8-long": ("configs/models/llama-3.1-8b", "v6e-8", LONG),
+    # one 131,072-token prompt's prefill and decode: the engine's slots split over the chips
+    # (`models.attention.slots`)
+    "llama-3.1-8b-v5e-8-128k": (
+        "configs/models/llama-3.1-8b",
+        "v5e-8",
+        ["--lengths", "131072", "--gen_slots", "131072", "--max_gen_toks", "128"],
+    ),
     "qwen2.5-7b-instruct-v5e-4-long": (
         "configs/models/qwen2.5-7b-instruct",
         "v5e-4",
