@@ -159,6 +159,12 @@ def batch_shards(mesh: Mesh) -> int:
     return math.prod(mesh.shape[a] for a in batch_axes(mesh))
 
 
+def batch_entry(mesh: Mesh) -> str | tuple[str, ...] | None:
+    """The PartitionSpec entry of a dimension split over all the batch axes (None: none)."""
+    axes = batch_axes(mesh)
+    return None if not axes else axes if len(axes) > 1 else axes[0]
+
+
 def rows_axis(mesh: Mesh, n_rows: int) -> str | tuple[str, ...] | None:
     """The PartitionSpec entry of a dimension of `n_rows` batch rows: the batch axes when the rows
     divide evenly over them, else None (replicated)."""

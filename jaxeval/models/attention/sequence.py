@@ -43,7 +43,7 @@ from jax.sharding import PartitionSpec as P
 from jaxeval.models.attention import reference
 from jaxeval.models.attention.backend import AttentionBackend
 from jaxeval.ops.attention.mask import Mask, State
-from jaxeval.platform.mesh import batch_axes, batch_shards, constrain_rows, rows_axis
+from jaxeval.platform.mesh import batch_axes, batch_entry, batch_shards, constrain_rows, rows_axis
 from jaxeval.shapes import Float
 
 MIN_BLOCK = 128  # tokens per attention block of a split row at least (a TPU lane width)
@@ -73,6 +73,32 @@ def sequence_split(mesh: Mesh | None, *, rows: int, length: int, block: int) -> 
     return Split(mesh=mesh, ways=n, length=length, block=q)
 
 
+def device_backend(backend: AttentionBackend) -> AttentionBackend:
+    """`backend` as each device runs it inside a `jax.shard_map`: its own mesh dropped (a
+    backend that shards its kernels itself must not do so again on one device's arrays)."""
+    return dataclasses.replace(backend, mesh=None) if hasattr(backend, "mesh") else backend
+
+
+def shard_map_given(fn: Any, mesh: Mesh, args: tuple, specs: tuple, out_specs: Any) -> Any:
+    """`jax.shard_map` of `fn(*args)` over the arguments that are not None (`fn` sees None in the
+    places of the others; `specs` has an entry for every argument)."""
+    present = [i for i, a in enumerate(args) if a is not None]
+
+    def call(*given):
+        full: list[Any] = [None] * len(args)
+        for i, a in zip(present, given):
+            full[i] = a
+        return fn(*full)
+
+    return jax.shard_map(
+        call,
+        mesh=mesh,
+        in_specs=tuple(specs[i] for i in present),
+        out_specs=out_specs,
+        check_vma=False,
+    )(*(args[i] for i in present))
+
+
 @dataclasses.dataclass(frozen=True)
 class Split:
     """T tokens in 2n chunks over the n devices of the batch axes (module docstring)."""
@@ -89,10 +115,6 @@ class Split:
     @property
     def axes(self) -> tuple[str, ...]:
         return batch_axes(self.mesh)
-
-    def _entry(self) -> Any:
-        axes = self.axes
-        return axes if len(axes) > 1 else axes[0]
 
     def permute(self, x: jax.Array, axis: int = 1) -> jax.Array:
         """Token order -> device order along `axis` (x [B, T, ...] by default)."""
@@ -149,10 +171,8 @@ class Split:
         from jaxeval.models.sharding import logical_sharding  # the rule table imports this package
 
         heads = logical_sharding(self.mesh, ("kv_heads",), (k.shape[2],)).spec[0]
-        axes, entry = self.axes, self._entry()
-        local_backend = (
-            dataclasses.replace(backend, mesh=None) if hasattr(backend, "mesh") else backend
-        )
+        axes, entry = self.axes, batch_entry(self.mesh)
+        local_backend = device_backend(backend)
         window = mask.window
 
         def local(q, k, v, segment, parent, positions, window, scale, sinks, init):
@@ -177,18 +197,4 @@ class Split:
             P(None, heads, None, entry, None),
         )
         specs = (spread, spread, spread, P(), P(), P(), P(), P(), P(heads), state)
-        present = [i for i, a in enumerate(args) if a is not None]
-
-        def call(*given):
-            full: list[Any] = [None] * len(args)
-            for i, a in zip(present, given):
-                full[i] = a
-            return local(*full)
-
-        return jax.shard_map(
-            call,
-            mesh=self.mesh,
-            in_specs=tuple(specs[i] for i in present),
-            out_specs=spread,
-            check_vma=False,
-        )(*(args[i] for i in present))
+        return shard_map_given(local, self.mesh, args, specs, spread)

@@ -37,8 +37,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxeval.models.attention.backend import AttentionBackend
+from jaxeval.models.attention.sequence import device_backend, shard_map_given
 from jaxeval.ops.attention.mask import State
-from jaxeval.platform.mesh import batch_axes, batch_shards, constrain_to, rows_axis
+from jaxeval.platform.mesh import batch_axes, batch_entry, batch_shards, constrain_to, rows_axis
 from jaxeval.shapes import Bool, Float, Int
 
 LANE = 128  # slots per device come in whole multiples of this (a TPU lane width)
@@ -88,13 +89,9 @@ class SlotSplit:
     def axes(self) -> tuple[str, ...]:
         return batch_axes(self.mesh)
 
-    def _entry(self) -> Any:
-        axes = self.axes
-        return axes if len(axes) > 1 else axes[0]
-
     def specs(self, g: int) -> tuple[P, P, P]:
         """PartitionSpecs of k [L, B, G, E, C], v [L, B, G, C, E] and the [B, C] flags."""
-        heads, entry = _heads_entry(self.mesh, g), self._entry()
+        heads, entry = _heads_entry(self.mesh, g), batch_entry(self.mesh)
         return P(None, None, heads, None, entry), P(None, None, heads, entry, None), P()
 
     def shardings(self, g: int) -> tuple[NamedSharding, NamedSharding, NamedSharding]:
@@ -130,9 +127,7 @@ class SlotSplit:
         k_spec, v_spec, _ = self.specs(g)
         heads = k_spec[2]
         axes, n_local = self.axes, self.local
-        local_backend = (
-            dataclasses.replace(backend, mesh=None) if hasattr(backend, "mesh") else backend
-        )
+        local_backend = device_backend(backend)
         b = q.shape[0]
 
         def local(q, k_cache, v_cache, layer, valid, positions, q_positions, index, window, scale):
@@ -154,22 +149,9 @@ class SlotSplit:
         args = (q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions, index)
         args += (window, scale)
         specs = (P(None, None, heads, None), k_spec, v_spec, P(), P(), P(), P(), P(), P(), P())
-        present = [i for i, a in enumerate(args) if a is not None]
-
-        def call(*given):
-            full: list[Any] = [None] * len(args)
-            for i, a in zip(present, given):
-                full[i] = a
-            return local(*full)
-
         state = P(None, heads, None, None)
-        return jax.shard_map(
-            call,
-            mesh=self.mesh,
-            in_specs=tuple(specs[i] for i in present),
-            out_specs=(state, state, P(None, heads, None, None, None)),
-            check_vma=False,
-        )(*(args[i] for i in present))
+        out = (state, state, P(None, heads, None, None, None))
+        return shard_map_given(local, self.mesh, args, specs, out)
 
     def _put(self, k_cache, v_cache, k_rows, v_rows, rows, slots, layer=None):
         """Local write: k_rows [R, T, L, G, E] at (rows [R, 1], global slots [R or 1, T]); slots
@@ -209,9 +191,7 @@ class SlotSplit:
         heads = k_spec[2]
         b, t = k.shape[1], k.shape[2]
         n_local = self.local
-        local_backend = (
-            dataclasses.replace(backend, mesh=None) if hasattr(backend, "mesh") else backend
-        )
+        local_backend = device_backend(backend)
 
         def local(k_cache, v_cache, k, v, index):
             row_index = jnp.broadcast_to(jnp.asarray(index, jnp.int32), (b,))
@@ -306,7 +286,7 @@ class SlotSplit:
             k_cache, v_cache = jax.lax.fori_loop(0, k_new.shape[0], one_layer, (k_cache, v_cache))
             return k_cache, v_cache
 
-        new = P(None, None, self._entry() if pieces else None, heads, None)
+        new = P(None, None, batch_entry(self.mesh) if pieces else None, heads, None)
         args = [k_cache, v_cache, k_new, v_new, dst, src, start]
         specs = [k_spec, v_spec, new, new, P(), P(), P()]
         if prefix is not None and prefix[0].shape[4]:
