@@ -56,6 +56,11 @@ TABLES = {
         "v5e-8",
         ["--lengths", "131072", "--gen_slots", "131072", "--max_gen_toks", "128"],
     ),
+    "llama-3.1-8b-v6e-8-128k": (
+        "configs/models/llama-3.1-8b",
+        "v6e-8",
+        ["--lengths", "131072", "--gen_slots", "131072", "--max_gen_toks", "128"],
+    ),
     "qwen2.5-7b-instruct-v5e-4-long": (
         "configs/models/qwen2.5-7b-instruct",
         "v5e-4",

@@ -13,7 +13,9 @@ Per device, an engine of R rows (split over the S batch shards) x C slots holds:
                  the scoring budget's per-token activations (`budget.activation_bytes_per_token`,
                  a float32 estimate, scaled to the compute dtype); a prompt of C whose tokens
                  split over the S shards (`models.attention.sequence`) holds 1/S of them, plus
-                 one layer's keys and values of all C gathered
+                 one layer's keys and values of all C gathered, plus every layer's keys and
+                 values of the prompt: all of them on the chip whose row it fills (1/S of them
+                 when the slots split, below)
 
 An engine of R < S rows splits each row's C slots over the S shards instead
 (`models.attention.slots`, when C cuts into S pieces of whole lanes): a device holds R / S of
@@ -97,7 +99,8 @@ def engine_fit(
     local = -(-int(rows) // max(1, int(shards)))
     per_row = cache_row_bytes(spec, slots)
     step = 2 * 4 * int(spec.vocab_size) + 4 * int(spec.num_heads) * int(slots)
-    if slot_splits(int(shards), int(rows), int(slots)):  # every row, 1/S of its slots
+    split = slot_splits(int(shards), int(rows), int(slots))
+    if split:  # every row, 1/S of its slots
         local = int(rows)
         per_row = -(-per_row // int(shards))
         step = 2 * 4 * int(spec.vocab_size) + 4 * int(spec.num_heads) * (int(slots) // shards)
@@ -110,6 +113,10 @@ def engine_fit(
             int(spec.cache_heads) * int(spec.cache_head_dim) * np.dtype(spec.compute_dtype).itemsize
         )
         gathered = 2 * prefill_bucket(prompt) * width
+        # every layer's keys and values of the prompt: spread over the shards when the slots
+        # split, else all on the chip whose row it fills
+        keys = cache_row_bytes(spec, prefill_bucket(prompt))
+        gathered += -(-keys // int(shards)) if split else keys
     admission = int(tokens * activation_bytes_per_token(spec, slots) * scale) + gathered
     return EngineFit(
         rows=int(rows),
