@@ -29,7 +29,6 @@ import numpy as np
 
 from jaxeval.models import attention as attn
 from jaxeval.models.attention.sequence import sequence_split
-from jaxeval.models.attention.slots import slots_split
 from jaxeval.models.contract import KVCache
 from jaxeval.models.layers import HIGHEST, mlp, norm
 from jaxeval.models.moe import moe_block
@@ -447,7 +446,7 @@ def forward_cached(
     # an engine of fewer rows than batch devices: each row's slots split over them
     split = None
     if per_row:
-        split = slots_split(runtime.rows_mesh, rows=b, slots=cache.valid.shape[1])
+        split = runtime.slots_split(rows=b, slots=cache.valid.shape[1])
     x, k, v = _cached_layers(
         spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index,
         slot_split=split,

@@ -168,10 +168,7 @@ def batch_entry(mesh: Mesh) -> str | tuple[str, ...] | None:
 def rows_axis(mesh: Mesh, n_rows: int) -> str | tuple[str, ...] | None:
     """The PartitionSpec entry of a dimension of `n_rows` batch rows: the batch axes when the rows
     divide evenly over them, else None (replicated)."""
-    axes = batch_axes(mesh)
-    if not axes or n_rows % batch_shards(mesh):
-        return None
-    return axes if len(axes) > 1 else axes[0]
+    return None if n_rows % batch_shards(mesh) else batch_entry(mesh)
 
 
 def batch_sharding(mesh: Mesh, shape: Sequence[int], row_dim: int = 0) -> NamedSharding:

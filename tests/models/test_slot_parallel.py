@@ -233,10 +233,7 @@ def test_engine_tokens_with_split_slots_equal_one_device(
         splits.append(out)
         return out
 
-    from jaxeval.models import decoder
-
-    monkeypatch.setattr(decoder, "slots_split", counted)
-    monkeypatch.setattr(runtime_module, "slots_split", counted)
+    monkeypatch.setattr(runtime_module, "slots_split", counted)  # `Runtime.slots_split`
     assert slots is not None
     assert _generate(path, tokenizer, requests, preset, 2) == single
     assert splits and all(s is not None and s.ways == 8 for s in splits)

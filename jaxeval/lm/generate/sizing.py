@@ -24,7 +24,7 @@ the rows' caches and each row's attention scores over C / S slots.
 `wanted` rows (the batch size asked for, or the default) halve while that exceeds ENGINE_SHARE of
 the free memory, down to S; below S only while S rows exceed the free memory and the slots
 split (one row of 131,072 slots of an 8B model over the 8 chips of a v5e-8). A `gen_batch_size`
-below S is kept when the slots split. A `gen_batch_size` given explicitly is kept when the cache and its
+given explicitly (below S too, when the slots split) is kept when the cache and its
 temporaries fit all of the free memory, else it is an error that names the largest row count that
 fits; a shape whose S rows do not fit at all says so, with what to change. On the CPU the free
 memory is the host's available memory (`budget.host_free_bytes`).
@@ -96,14 +96,12 @@ def engine_fit(
     spec: Any, *, rows: int, slots: int, shards: int, free_bytes: int | None
 ) -> EngineFit:
     """The per-device bytes of an engine of `rows` x `slots` (module docstring)."""
-    local = -(-int(rows) // max(1, int(shards)))
+    split = slot_splits(int(shards), int(rows), int(slots))  # every row, 1/S of its slots
+    local = int(rows) if split else -(-int(rows) // max(1, int(shards)))
     per_row = cache_row_bytes(spec, slots)
-    step = 2 * 4 * int(spec.vocab_size) + 4 * int(spec.num_heads) * int(slots)
-    split = slot_splits(int(shards), int(rows), int(slots))
-    if split:  # every row, 1/S of its slots
-        local = int(rows)
-        per_row = -(-per_row // int(shards))
-        step = 2 * 4 * int(spec.vocab_size) + 4 * int(spec.num_heads) * (int(slots) // shards)
+    held = int(slots) // int(shards) if split else int(slots)  # the slots a row's scores span
+    per_row = -(-per_row // int(shards)) if split else per_row
+    step = 2 * 4 * int(spec.vocab_size) + 4 * int(spec.num_heads) * held
     scale = np.dtype(spec.compute_dtype).itemsize / 4  # the estimate is in float32
     prompt = max(ADMIT_TOKENS, int(slots))
     tokens, gathered = prompt, 0

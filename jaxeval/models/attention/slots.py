@@ -39,7 +39,7 @@ from jax.sharding import PartitionSpec as P
 from jaxeval.models.attention.backend import AttentionBackend
 from jaxeval.models.attention.sequence import device_backend, shard_map_given
 from jaxeval.ops.attention.mask import State
-from jaxeval.platform.mesh import batch_axes, batch_entry, batch_shards, constrain_to, rows_axis
+from jaxeval.platform.mesh import batch_axes, batch_entry, batch_shards, constrain_to
 from jaxeval.shapes import Bool, Float, Int
 
 LANE = 128  # slots per device come in whole multiples of this (a TPU lane width)
@@ -52,12 +52,9 @@ def slots_split(mesh: Mesh | None, *, rows: int, slots: int) -> SlotSplit | None
     """The split of an engine of B = `rows` rows x C = `slots` slots on `mesh` (module
     docstring), or None: no mesh of several batch devices, the rows divide over them, or C does
     not cut into n pieces of whole `LANE` slots."""
-    if mesh is None or not batch_axes(mesh):
+    if mesh is None or not slot_splits(batch_shards(mesh), rows, slots):
         return None
-    n = batch_shards(mesh)
-    if n < 2 or rows_axis(mesh, rows) is not None or slots % (n * LANE):
-        return None
-    return SlotSplit(mesh=mesh, ways=n, slots=slots)
+    return SlotSplit(mesh=mesh, ways=batch_shards(mesh), slots=slots)
 
 
 def slot_splits(ways: int, rows: int, slots: int) -> bool:
@@ -207,13 +204,8 @@ class SlotSplit:
             return self._put(k_cache, v_cache, k_rows, v_rows, rows, slots)
 
         new = P(None, None, None, heads, None)
-        return jax.shard_map(
-            local,
-            mesh=self.mesh,
-            in_specs=(k_spec, v_spec, new, new, P()),
-            out_specs=(k_spec, v_spec),
-            check_vma=False,
-        )(k_cache, v_cache, k, v, index)
+        args, specs = (k_cache, v_cache, k, v, index), (k_spec, v_spec, new, new, P())
+        return shard_map_given(local, self.mesh, args, specs, (k_spec, v_spec))
 
     def install(
         self,
@@ -242,10 +234,9 @@ class SlotSplit:
         pieces = p % n == 0 or chunk > 0
         width = p // n if pieces else p
 
-        def local(k_cache, v_cache, k_new, v_new, dst, src, start, *pre):
+        def local(k_cache, v_cache, k_new, v_new, dst, src, start, k_pre, v_pre):
             rows = dst[:, None]
-            if pre:  # the prefix: its slots into every admitted row
-                k_pre, v_pre = pre
+            if k_pre is not None:  # the prefix: its slots into every admitted row
                 sp, r = k_pre.shape[4], dst.shape[0]
                 lead = (r, sp, k_pre.shape[0], k_pre.shape[2])  # [R, S, L, G]
                 k_rows = jnp.broadcast_to(
@@ -286,16 +277,10 @@ class SlotSplit:
             k_cache, v_cache = jax.lax.fori_loop(0, k_new.shape[0], one_layer, (k_cache, v_cache))
             return k_cache, v_cache
 
+        if prefix is None or not prefix[0].shape[4]:  # no prefix slots to write
+            prefix = (None, None)
         new = P(None, None, batch_entry(self.mesh) if pieces else None, heads, None)
-        args = [k_cache, v_cache, k_new, v_new, dst, src, start]
-        specs = [k_spec, v_spec, new, new, P(), P(), P()]
-        if prefix is not None and prefix[0].shape[4]:
-            args += list(prefix)
-            specs += [P(None, None, heads, None, None), P(None, None, heads, None, None)]
-        return jax.shard_map(
-            local,
-            mesh=self.mesh,
-            in_specs=tuple(specs),
-            out_specs=(k_spec, v_spec),
-            check_vma=False,
-        )(*args)
+        pre = P(None, None, heads, None, None)
+        args = (k_cache, v_cache, k_new, v_new, dst, src, start, *prefix)
+        specs = (k_spec, v_spec, new, new, P(), P(), P(), pre, pre)
+        return shard_map_given(local, self.mesh, args, specs, (k_spec, v_spec))
