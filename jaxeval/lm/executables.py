@@ -17,8 +17,10 @@ A `Job` is everything `jax.jit(fn, ...).lower(*args).compile()` needs: `args` ar
 dtypes and shardings are read), `key` names the executable (a bucket, a generation shape, an engine
 piece). Nothing is ever compiled twice for one key.
 
-**Counters.** `compilations` counts executables XLA built, `cache_hits` those loaded from JAX's
-persistent cache (`jaxeval.platform.compile_cache`), `compile_s` the seconds spent in either (on any thread),
+**Counters.** `compilations` counts executables XLA built, `cache_hits` those loaded from disk:
+from JAX's persistent cache (`jaxeval.platform.compile_cache`) or, without tracing or lowering
+them, from the executable store (`jaxeval.lm.executable_store`, `store_loads`; executables
+made with `store=True`: the scorer's and the generator's), `compile_s` the seconds spent in either (on any thread),
 `compile_wait_s` the seconds a caller of `get` waited for an executable it needed (its own compile
 included). Both compile paths (the thread and a caller compiling at once) count through
 `CompileCounter`, which attributes each compile event to the thread that compiled, so counts stay
@@ -41,6 +43,7 @@ from typing import Any
 
 import jax
 
+from jaxeval.lm.executable_store import ExecutableStore
 from jaxeval.platform import phases
 from jaxeval.platform.compile_cache import CompileCounter
 
@@ -69,15 +72,23 @@ class Job:
 class Executables:
     """key -> compiled executable, one compile-ahead thread, one set of counters (module docstring)."""
 
-    def __init__(self, name: str = "jaxeval-compile", *, compiler_options: dict | None = None):
+    def __init__(
+        self,
+        name: str = "jaxeval-compile",
+        *,
+        compiler_options: dict | None = None,
+        store: bool = False,
+    ):
         self.name = name
         self.compiler_options = dict(compiler_options) if compiler_options else None
+        self.use_store = store  # load and keep executables in the `ExecutableStore`
         self._compiled: dict[Hashable, Any] = {}
         self._pending: dict[Hashable, Future] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self.compilations = 0  # executables XLA built
-        self.cache_hits = 0  # executables loaded from the persistent cache
+        self.cache_hits = 0  # executables loaded from disk (either cache)
+        self.store_loads = 0  # of which from the executable store (nothing traced or lowered)
         self.compile_seconds = 0.0  # spent compiling (or loading), on any thread
         self.compile_wait_seconds = 0.0  # of which callers of `get` waited for
 
@@ -112,13 +123,26 @@ class Executables:
         counter = CompileCounter.get()
         before = counter.snapshot(thread=True)
         start = time.perf_counter()
-        executable = job.lower().compile(compiler_options=self.options_for(job))
-        seconds = time.perf_counter() - start
+        options = self.options_for(job)
+        store = ExecutableStore.for_compile_cache() if self.use_store else None
+        digest = store.fingerprint(job, options) if store is not None else None
+        executable = store.load(digest) if digest is not None else None
+        loaded = executable is not None
+        lowered = None
+        if not loaded:
+            lowered = job.lower()
+            executable = lowered.compile(compiler_options=options)
         built, hits = counter.since(before, thread=True)
+        # only what XLA built now: an executable JAX's persistent cache loaded serializes without
+        # its code on XLA:CPU (the stored copy would fail when run), so it is not stored
+        if digest is not None and lowered is not None and built and not hits:
+            store.save(digest, executable, lowered)
+        seconds = time.perf_counter() - start
         with self._lock:
             self.compile_seconds += seconds
             self.compilations += built
-            self.cache_hits += hits
+            self.cache_hits += hits + loaded
+            self.store_loads += loaded
         return executable
 
     def ahead(self, jobs: Iterable[Job]) -> None:
@@ -152,6 +176,7 @@ class Executables:
             "compile_count": self.compile_count,
             "compilations": self.compilations,
             "cache_hits": self.cache_hits,
+            "store_loads": self.store_loads,
             "compile_s": self.compile_seconds,
             "compile_wait_s": self.compile_wait_seconds,
         }

@@ -179,8 +179,9 @@ class ContinuousEngine:
         mesh = target.mesh
         self.replicated = target.replicated
         buffer = int(target.stop_table.bytes.shape[1])
+        spec = target.spec  # not the target (its parameters): the job's fingerprint reads this
         self._make = lambda: init_state(
-            target.spec,
+            spec,
             rows=rows,
             slots=slots,
             n_new=n_new,

@@ -140,7 +140,7 @@ class Generator:
             bytes=put_global(table, self.replicated),
             lengths=put_global(lengths, self.replicated),
         )
-        self.executables = Executables("jaxeval-gen-compile")
+        self.executables = Executables("jaxeval-gen-compile", store=True)
         self.stats: dict[str, float] = {}
 
     @property

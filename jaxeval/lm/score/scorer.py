@@ -94,7 +94,7 @@ class Scorer:
                 raise ValueError(
                     f"bucket {b} has {b.rows} rows, not a multiple of the {shards} batch shards"
                 )
-        self.executables = Executables("jaxeval-score-compile")
+        self.executables = Executables("jaxeval-score-compile", store=True)
         self.vocab_size = jax.eval_shape(model.head_weight, self.params).shape[0]
 
     @property

@@ -69,3 +69,10 @@ class CpuAttention:
 
 
 CPU = CpuAttention()
+
+
+def register_custom_calls(targets: Any) -> None:
+    """Registers (building first, once per machine) the kernels among the custom-call `targets` of
+    a program that is loaded without being traced (`jaxeval.lm.executable_store`)."""
+    if set(targets) & {cpu_kernels.TARGET, cpu_kernels.PACKED_TARGET}:
+        cpu_kernels.require()

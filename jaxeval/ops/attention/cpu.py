@@ -110,7 +110,7 @@ def _ensure_registered() -> bool:
         return bool(_state["ok"])
 
 
-def _require() -> None:
+def require() -> None:
     """The kernels registered before a program names them (built on first use)."""
     if not _ensure_registered():
         raise JaxevalError(
@@ -121,7 +121,7 @@ def _require() -> None:
 
 def cpu_decode_state(q, k, v, layer, bound, valid, slot_pos, q_pos, window, scale, softcap):
     """The kernel's online-softmax state (see the module docstring); float32 operands."""
-    _require()
+    require()
     b, g, m, e = q.shape
     out = (
         jax.ShapeDtypeStruct((b, g, m), jnp.float32),
@@ -143,7 +143,7 @@ def cpu_packed(q, k, v, mask: Mask, *, scale, softcap, init: State):
     """`blocked_attend`'s output (finished, [B, T, H, E] float32) in one fused pass: each (row, kv
     head, 16 queries) walks the keys up to its last query in blocks of 128 with an online softmax
     that starts from `init` ([B, G, X, T] max and sum, [B, G, X, T, E] values)."""
-    _require()
+    require()
     b, t, h, e = q.shape
     g = k.shape[2]
     segment, parent, positions, window = mask
