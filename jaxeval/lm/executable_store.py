@@ -107,7 +107,8 @@ def _environment() -> str:
     config = sorted((k, repr(v)) for k, v in jax.config.values.items())
     versions = (platform.python_version(), sys.platform, jax.__version__, jaxlib.__version__)
     versions += (np.__version__,)
-    return repr((FORMAT, versions, env, config, source_digest()))
+    where = (jax.process_index(), jax.process_count())  # each process keeps its own entries
+    return repr((FORMAT, versions, where, env, config, source_digest()))
 
 
 def _device(d: Any) -> str:
@@ -214,7 +215,7 @@ def _function(fn: types.FunctionType, seen: set[int]) -> str:
         return f"fn:{module}.{fn.__qualname__}"
     if not _own(module):
         raise Undescribed(f"function {module}.{fn.__qualname__}")
-    cells = [c.cell_contents for c in fn.__closure__ or ()]
+    cells = [_cell(c) for c in fn.__closure__ or ()]
     parts = (
         fn.__qualname__,
         _code(fn.__code__),
@@ -223,6 +224,13 @@ def _function(fn: types.FunctionType, seen: set[int]) -> str:
         describe(tuple(cells), seen),
     )
     return f"fn:{module}.{parts}"
+
+
+def _cell(cell: types.CellType) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # a closure variable not bound yet
+        return "<empty cell>"
 
 
 def _code(co: types.CodeType) -> str:

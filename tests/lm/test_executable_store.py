@@ -171,3 +171,39 @@ def test_a_second_process_runs_the_stored_program(tmp_path):
     first, second = (json.loads(r) for r in runs)
     assert first["loads"] == 0 and second["loads"] == 1
     assert first["out"] == second["out"]
+
+
+def test_a_second_adapter_loads_every_scoring_and_generation_executable(tmp_path):
+    """The scorer's buckets and the generation engine's pieces (admission, decode, host read,
+    tail moves) are all jaxeval's code over described values: a second adapter on the same cache
+    loads each of them from the store (nothing lowered) and answers the same."""
+    from jaxeval.lm.jax_lm import JaxLM
+    from jaxeval.models import load_model
+    from jaxeval.platform.mesh import make_mesh
+    from tests.helpers.tiny_models import tiny_checkpoint
+    from tests.lm.conftest import our_instances
+
+    loaded = load_model(tiny_checkpoint("llama"), mesh=make_mesh("single"), dtype="float32")
+    scored = our_instances("loglikelihood", [("The cat sat on", " the mat"), ("A", " b c")])
+    prompts = [("Hello there", {"max_gen_toks": 5}), ("Once", {"max_gen_toks": 3})]
+    asked = our_instances("generate_until", prompts)
+
+    def run():
+        lm = JaxLM(pretrained=loaded, max_length=64, compilation_cache=str(tmp_path / "xla"))
+        out = (
+            lm.loglikelihood(scored, disable_tqdm=True),
+            lm.generate_until(asked, disable_tqdm=True),
+        )
+        return lm, out
+
+    try:
+        _, first = run()
+        jax.clear_caches()
+        warm, second = run()
+    finally:
+        compile_cache.enable("off")
+    assert second == first
+    for exe in (warm.scorer.executables, warm.generator.executables):
+        stats = exe.stats()
+        assert stats["compile_count"] > 0 and stats["compilations"] == 0
+        assert stats["store_loads"] == stats["compile_count"], stats
