@@ -13,7 +13,7 @@ persistent compilation cache (`jaxeval.platform.compile_cache`). `batch_size` ke
 (`N`, `auto`, `auto:N`) but does not set the scoring batches: rows are packed, so a batch holds a
 token budget (`token_budget`, default `auto_token_budget`: from the model's width and the device's
 memory, never from max_length), and each bucket's last batch is cut to the rows it has. For
-generation, N sets the rows per batch (at least 16).
+generation, N sets the rows per batch (at least 64, cut to the memory).
 
 Several JAX processes (`jaxeval.platform.distributed`) form ONE logical evaluator: `rank` 0 and
 `world_size` 1 on every process (documents are never strided), the mesh spans every process's

@@ -26,7 +26,7 @@ IGNORED_HF_ARGS = (
     "max_memory_per_gpu",
     "offload_folder",
 )
-GEN_MIN_BATCH = 16  # generation rows per batch when lm-eval's batch_size N is smaller
+GEN_MIN_BATCH = 64  # generation rows per batch when lm-eval's batch_size N is smaller
 # `--model_args` names of `GenConfig`'s fields (`generation`): name -> field
 GEN_ARGS = {
     "gen_batch_size": "batch_size",
@@ -178,7 +178,7 @@ class JaxLMConfig:
     @property
     def generation_batch_size(self) -> int:
         """Generation rows per batch: `gen_batch_size` when given, else from lm-eval's batch_size
-        (at least 16; `auto`: max_batch_size). Outputs never depend on it (per-row settings and
+        (at least 64; `auto`: max_batch_size). Outputs never depend on it (per-row settings and
         PRNG keys), so lm-eval's default batch_size=1 does not force one prompt at a time here."""
         given = self.generation.batch_size if self.generation is not None else None
         if given is not None:

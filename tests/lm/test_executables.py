@@ -103,7 +103,7 @@ def test_generation_model_args_build_a_frozen_gen_config():
         {"pretrained": "/m", "batch_size": 4, "gen_continuous": False, "max_gen_toks": 64}
     )
     assert config.generation == GenConfig(continuous=False, max_gen_toks=64)
-    assert config.gen_config.batch_size == 16  # from lm-eval's batch_size, at least 16
+    assert config.gen_config.batch_size == 64  # from lm-eval's batch_size, at least 64
     with pytest.raises(JaxevalError, match="admission='fifo' is not one of longest, request"):
         JaxLMConfig.from_kwargs({"pretrained": "/m", "gen_admission": "fifo"})
     with pytest.raises(JaxevalError, match="not both"):

@@ -50,8 +50,9 @@ def test_known_arguments_come_from_the_config_fields():
     config = JaxLMConfig.from_kwargs({"pretrained": "/m", **dict.fromkeys(IGNORED_HF_ARGS, "x")})
     assert config.pretrained == "/m" and config.batch_size == 1
     assert JaxLMConfig(pretrained="/m", batch_size="auto:4").batch_size == "auto"
-    assert JaxLMConfig(pretrained="/m", batch_size=2).generation_batch_size == 16
+    assert JaxLMConfig(pretrained="/m", batch_size=2).generation_batch_size == 64
     assert JaxLMConfig(pretrained="/m", batch_size="auto").generation_batch_size == 64
+    assert JaxLMConfig(pretrained="/m", batch_size=128).generation_batch_size == 128
     with pytest.raises(JaxevalError, match="backend"):
         JaxLMConfig(pretrained="/m", backend="seq2seq")
 
