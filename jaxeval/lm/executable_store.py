@@ -85,7 +85,7 @@ _LIBRARIES = ("jax", "jaxlib", "numpy", "builtins", "operator", "math", "functoo
 
 def _library(module: str | None) -> bool:
     root = (module or "").split(".")[0]
-    return root in _LIBRARIES or root.startswith("_")
+    return root in _LIBRARIES or root in sys.builtin_module_names  # `_operator`, `_functools`
 
 
 @functools.cache

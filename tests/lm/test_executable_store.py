@@ -84,6 +84,13 @@ def test_what_it_cannot_vouch_for_is_not_stored(cache):
     assert store.fingerprint(job, None) is None
     with pytest.raises(Undescribed):
         describe(np.zeros(1 << 20, np.float32))  # too large to hash by content
+
+    def private(a):
+        return a
+
+    private.__module__ = "_a_users_module"  # a leading underscore is not a library
+    with pytest.raises(Undescribed):
+        describe(private)
     exe = Executables(store=True)
     exe.get(Job("t", lambda a: a * 2, (x,)))
     assert exe.compilations == 1 and not store.root.exists()
