@@ -49,7 +49,6 @@ import platform
 import re
 import sys
 import tempfile
-import threading
 import types
 from typing import Any
 
@@ -59,6 +58,7 @@ import numpy as np
 from jax.experimental import serialize_executable
 
 from jaxeval.models.attention import cpu as cpu_attention
+from jaxeval.platform import compile_cache
 
 ENV_VAR = "JAXEVAL_EXECUTABLE_STORE"
 SUBDIR = "jaxeval-executables"
@@ -67,7 +67,6 @@ _ENV_PREFIXES = ("JAXEVAL_", "JAX_", "XLA_", "LIBTPU", "TPU_", "TF_CPP_", "NVIDI
 _ENV_SKIP = frozenset({ENV_VAR, "JAXEVAL_CACHE", "JAXEVAL_COMPILATION_CACHE"})  # where, not what
 _MAX_ARRAY_BYTES = 1 << 20  # closed-over arrays hashed by content up to this size
 _PACKAGE = pathlib.Path(__file__).resolve().parents[1]  # jaxeval/
-_OFF = frozenset({"", "0", "off", "false", "none", "no"})
 
 
 class Undescribed(Exception):
@@ -253,14 +252,11 @@ class ExecutableStore:
 
     def __init__(self, root: str | os.PathLike):
         self.root = pathlib.Path(root)
-        self._lock = threading.Lock()
-        self.loads = 0  # executables loaded from the store
-        self.saves = 0
 
     @classmethod
     def for_compile_cache(cls) -> ExecutableStore | None:
         """The store beside JAX's persistent cache; None when either is switched off."""
-        if os.environ.get(ENV_VAR, "on").strip().lower() in _OFF:
+        if os.environ.get(ENV_VAR, "on").strip().lower() in compile_cache.OFF:
             return None
         base = jax.config.jax_compilation_cache_dir
         return cls(os.path.join(base, SUBDIR)) if base else None
@@ -307,8 +303,6 @@ class ExecutableStore:
         except Exception:  # a truncated or foreign entry: compile instead, and drop it
             path.unlink(missing_ok=True)
             return None
-        with self._lock:
-            self.loads += 1
         return compiled
 
     def save(self, digest: str, compiled: Any, lowered: Any) -> bool:
@@ -338,8 +332,6 @@ class ExecutableStore:
         except OSError:
             pathlib.Path(tmp).unlink(missing_ok=True)
             return False
-        with self._lock:
-            self.saves += 1
         return True
 
 
