@@ -14,32 +14,64 @@ Only transformers' view changes: `import torch` still works for anything that im
 A library user (`jaxeval.simple_evaluate` in a notebook, a test process that also runs lm-eval)
 is never affected: `hide_torch_from_transformers` is called by the command's entry point only, and
 does nothing once transformers or torch is imported.
+
+transformers also reads its whole `models` folder at import (1,100+ source files scanned for their
+`__all__` lists and backends, twice: `transformers/__init__.py` and `transformers.models`), ~0.8 s
+of every process on a 2-core EPYC. The command keeps what that scan returns, per folder, under
+`<cache_home>/startup/` (`JAXEVAL_STARTUP_CACHE=DIR` elsewhere, `off` for none), keyed by the
+transformers version, the folder and every source file's size and modification time, so that a
+later process reads it back instead (an edited, added or removed file, or another transformers,
+scans again). Anything unexpected (an unreadable or damaged entry, a read-only cache) falls back to
+transformers' own scan.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.abc
 import importlib.machinery
+import json
 import os
 import sys
 import types
+from pathlib import Path
+from typing import Any
 
 KEEP_TORCH = "JAXEVAL_TRANSFORMERS_TORCH"
+STARTUP_CACHE = "JAXEVAL_STARTUP_CACHE"
+_OFF = frozenset({"", "0", "off", "false", "none", "no"})
 
 
 def hide_torch_from_transformers() -> bool:
-    """Makes transformers' `is_torch_available()` false for this process; True if it will.
+    """Makes transformers' `is_torch_available()` false for this process; True if it will. Also
+    keeps transformers' scan of its `models` folder between processes (the module docstring).
 
     Nothing is imported here: `jaxeval --help` or `ls` never loads transformers. The change is made
     by an import hook the moment transformers' `utils.import_utils` module has run, before any other
-    transformers module asks it about torch."""
-    if os.environ.get(KEEP_TORCH, "0") not in ("0", "", "false", "False"):
+    transformers module asks it about torch or scans its models."""
+    if "transformers" in sys.modules:
         return False
-    if "transformers" in sys.modules or "torch" in sys.modules:
+    hide = os.environ.get(KEEP_TORCH, "0") in ("0", "", "false", "False")
+    hide = hide and "torch" not in sys.modules
+    cache = structure_cache_dir()
+    if not hide and cache is None:
         return False
-    if not any(isinstance(finder, _HideTorchOnImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _HideTorchOnImport())
-    return True
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _TransformersStartup)]
+    sys.meta_path.insert(0, _TransformersStartup(hide_torch=hide, cache=cache))
+    return hide
+
+
+def structure_cache_dir() -> Path | None:
+    """Where transformers' import structures are kept (None: `JAXEVAL_STARTUP_CACHE=off`)."""
+    setting = os.environ.get(STARTUP_CACHE)
+    if setting is not None and setting.strip().lower() in _OFF:
+        return None
+    if setting:
+        return Path(setting).expanduser()
+    from jaxeval.paths import cache_home
+
+    return cache_home() / "startup"
 
 
 def _hide_torch(import_utils: types.ModuleType) -> None:
@@ -54,10 +86,73 @@ def _hide_torch(import_utils: types.ModuleType) -> None:
     import_utils.is_torch_available.cache_clear()
 
 
-class _HideTorchOnImport(importlib.abc.MetaPathFinder):
-    """Finds transformers' `utils.import_utils` as the path finder would and patches it once run."""
+def _source_files(folder: Path) -> list[tuple[str, int, int]]:
+    """(relative path, size, mtime in ns) of every .py file under `folder`, sorted."""
+    out = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                full = os.path.join(root, name)
+                st = os.stat(full)
+                out.append((os.path.relpath(full, folder), st.st_size, st.st_mtime_ns))
+    out.sort()
+    return out
+
+
+def _structure_key(module_path: Any, prefix: str | None) -> str:
+    from importlib.metadata import version
+
+    where = Path(module_path)
+    folder = where if where.is_dir() else where.parent
+    parts = [version("transformers"), str(where), prefix, _source_files(folder)]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _to_json(structure: dict) -> list:
+    return [[sorted(k), {m: sorted(v) for m, v in d.items()}] for k, d in structure.items()]
+
+
+def _from_json(rows: list) -> dict:
+    return {frozenset(k): {m: set(v) for m, v in d.items()} for k, d in rows}
+
+
+def _cache_structures(import_utils: types.ModuleType, cache: Path) -> None:
+    """`define_import_structure` read from `cache` when a scan of the same sources is kept there,
+    else scanned by transformers and kept (written to a temporary file and renamed into place)."""
+    scan = import_utils.define_import_structure
+
+    @functools.lru_cache
+    def define_import_structure(module_path, prefix=None):
+        try:
+            entry = cache / f"{_structure_key(module_path, prefix)}.json"
+        except (OSError, ValueError, ImportError):
+            return scan(module_path, prefix)
+        try:
+            return _from_json(json.loads(entry.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            pass  # not kept yet, or damaged: scanned and kept below
+        structure = scan(module_path, prefix)
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = entry.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(_to_json(structure)), encoding="utf-8")
+            os.replace(tmp, entry)
+        except (OSError, TypeError, ValueError):
+            pass  # a read-only cache: the scan stands
+        return structure
+
+    import_utils.define_import_structure = define_import_structure
+
+
+class _TransformersStartup(importlib.abc.MetaPathFinder):
+    """Finds transformers' `utils.import_utils` as the path finder would and patches it once run:
+    torch hidden (`hide_torch`), the import structures kept in `cache` (None: not)."""
 
     TARGET = "transformers.utils.import_utils"
+
+    def __init__(self, *, hide_torch: bool, cache: Path | None):
+        self.hide_torch, self.cache = hide_torch, cache
 
     def find_spec(self, fullname, path, target=None):
         if fullname != self.TARGET:
@@ -70,7 +165,10 @@ class _HideTorchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module: types.ModuleType) -> None:
             run(module)
-            _hide_torch(module)
+            if self.hide_torch:
+                _hide_torch(module)
+            if self.cache is not None and hasattr(module, "define_import_structure"):
+                _cache_structures(module, self.cache)
 
         spec.loader.exec_module = exec_module
         return spec

@@ -1,0 +1,106 @@
+"""The `jaxeval` command keeps transformers' scan of its `models` folder between processes
+(jaxeval.cli.startup): a process that reads it back builds the same lazy modules, config and
+tokenizer as one that scans; an edited source file or a damaged entry scans again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from jaxeval.cli import startup
+from tests.helpers.tiny_models import tiny_checkpoint
+
+# What transformers built from the import structures (its top module's and `transformers.models`'),
+# and a checkpoint's config and token ids, as the command would load them.
+PROBE = """
+import json, sys
+from jaxeval.cli.startup import hide_torch_from_transformers
+hide_torch_from_transformers()
+import transformers, transformers.models
+from transformers import AutoConfig, AutoTokenizer
+path = sys.argv[1]
+def lazy(m):
+    return {
+        "class_to_module": sorted(m._class_to_module.items()),
+        "modules": sorted(m._modules),
+        "missing": sorted((k, sorted(v)) for k, v in m._object_missing_backend.items()),
+    }
+tok = AutoTokenizer.from_pretrained(path)
+print(json.dumps({
+    "top": lazy(transformers),
+    "models": lazy(transformers.models),
+    "config": AutoConfig.from_pretrained(path).to_dict(),
+    "ids": tok(["Question: what is 2 + 2?\\nAnswer: 4", " fox"])["input_ids"],
+}))
+"""
+
+
+def _probe(path: str, cache: str) -> dict:
+    env = {**os.environ, startup.STARTUP_CACHE: cache, "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, path], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _entries(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*.json")}
+
+
+def test_kept_structures_build_what_a_scan_builds(tmp_path):
+    path = tiny_checkpoint("llama")
+    cache = tmp_path / "startup"
+    scanned = _probe(path, "off")
+    assert not cache.exists()
+    filled = _probe(path, str(cache))
+    kept = _entries(cache)
+    assert len(kept) >= 2  # transformers' top module and `transformers.models`, at least
+    read = _probe(path, str(cache))
+    assert _entries(cache) == kept  # read back, nothing scanned and written again
+    assert scanned == filled == read
+    assert len(scanned["models"]["class_to_module"]) > 500  # the real catalogue, not an empty map
+
+    damaged = sorted(kept)[0]
+    (cache / damaged).write_text("{not json", encoding="utf-8")
+    assert _probe(path, str(cache)) == scanned
+    json.loads((cache / damaged).read_text(encoding="utf-8"))  # scanned and kept again
+
+
+def test_key_follows_the_source_files(tmp_path):
+    pkg = tmp_path / "models"
+    (pkg / "llama").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    source = pkg / "llama" / "configuration_llama.py"
+    source.write_text("__all__ = ['LlamaConfig']\n", encoding="utf-8")
+    (pkg / "llama" / "__pycache__").mkdir()
+    key = startup._structure_key(pkg, "models")
+    assert startup._structure_key(pkg / "__init__.py", None) != key  # another call, another key
+    (pkg / "llama" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    (pkg / "llama" / "README.md").write_text("not a source", encoding="utf-8")
+    assert startup._structure_key(pkg, "models") == key  # only .py sources count
+    source.write_text("__all__ = ['LlamaConfig', 'Other']\n", encoding="utf-8")
+    assert startup._structure_key(pkg, "models") != key  # edited
+    key = startup._structure_key(pkg, "models")
+    (pkg / "llama" / "modeling_llama.py").write_text("", encoding="utf-8")
+    assert startup._structure_key(pkg, "models") != key  # added
+
+
+def test_json_round_trip_keeps_the_structure():
+    structure = {
+        frozenset(): {"models.llama.configuration_llama": {"LlamaConfig"}},
+        frozenset({"torch", "vision"}): {"models.x.image_processing_x": {"A", "B"}},
+    }
+    assert startup._from_json(json.loads(json.dumps(startup._to_json(structure)))) == structure
+
+
+def test_off_switch(monkeypatch, tmp_path):
+    monkeypatch.setenv(startup.STARTUP_CACHE, "off")
+    assert startup.structure_cache_dir() is None
+    monkeypatch.setenv(startup.STARTUP_CACHE, str(tmp_path))
+    assert startup.structure_cache_dir() == tmp_path
+    monkeypatch.delenv(startup.STARTUP_CACHE)
+    monkeypatch.setenv("JAXEVAL_CACHE", str(tmp_path / "home"))
+    assert startup.structure_cache_dir() == tmp_path / "home" / "startup"
