@@ -25,11 +25,11 @@ anything it cannot describe exactly:
   devices). A function outside jaxeval (a model handed over in memory, a test's lambda) or a value
   of any other kind makes the fingerprint None: that job compiles as before, through JAX's cache.
 
-Only what XLA compiles in this process is stored: an executable that JAX's persistent cache
-loaded serializes without its code on XLA:CPU (running the stored copy fails with "Function ...
-not found"), so a job whose program JAX's cache already holds (an edit of jaxeval that left the
-program as it was) goes on loading through JAX's cache, lowered each run, until XLA compiles it
-again. An entry is written once, atomically (a temporary file renamed), and read with a check
+What XLA compiles in this process is stored; so is a program JAX's persistent cache already
+held (an edit of jaxeval that left the program as it was: the fingerprint changed, the lowered
+program did not), from the serialized bytes that cache read (`cache_reads`), not by serializing the
+loaded executable again: XLA:CPU serializes an executable it loaded without its code (running
+such a copy fails with "Function ... not found"). An entry is written once, atomically (a temporary file renamed), and read with a check
 of the fingerprint it was written under; an entry that fails to load is deleted (the job then
 compiles as before). The custom calls an executable names (the CPU attention kernels) are registered
 before it loads. `JAXEVAL_EXECUTABLE_STORE=off` switches the store off; it lives in
@@ -38,6 +38,7 @@ before it loads. `JAXEVAL_EXECUTABLE_STORE=off` switches the store off; it lives
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -49,6 +50,7 @@ import platform
 import re
 import sys
 import tempfile
+import threading
 import types
 from typing import Any
 
@@ -247,6 +249,78 @@ def _targets(text: str) -> list[str]:
     return sorted({a or b for a, b in _CUSTOM_CALL.findall(text)})
 
 
+_reads = threading.local()
+_pickler_lock = threading.Lock()  # `_serialize` swaps the pickler JAX's `serialize` uses
+
+
+@functools.cache
+def _watch_cache_reads() -> bool:
+    """Hands the serialized executables JAX's persistent cache reads on a thread inside
+    `cache_reads` to it (JAX's reader splits each entry into executable and compile time with
+    `extract_executable_and_time`); False where this JAX has no such step."""
+    try:
+        from jax._src import compilation_cache
+    except ImportError:
+        return False
+    extract = getattr(compilation_cache, "extract_executable_and_time", None)
+    if extract is None:
+        return False
+
+    def extract_executable_and_time(*args: Any, **kwargs: Any) -> Any:
+        out = extract(*args, **kwargs)
+        read = getattr(_reads, "read", None)
+        if read is not None and isinstance(out, tuple) and isinstance(out[0], bytes):
+            read.append(out[0])
+        return out
+
+    compilation_cache.extract_executable_and_time = extract_executable_and_time
+    return True
+
+
+@contextlib.contextmanager
+def cache_reads():
+    """The serialized executables JAX's persistent cache hands over on this thread meanwhile
+    (a list, filled as they are read)."""
+    read: list[bytes] = []
+    if not _watch_cache_reads():
+        yield read
+        return
+    _reads.read = read
+    try:
+        yield read
+    finally:
+        _reads.read = None
+
+
+def _serialize(compiled: Any, serialized: bytes | None) -> tuple[bytes, Any, Any]:
+    """`serialize_executable.serialize(compiled)`, its one XLA executable written as `serialized`
+    (the bytes JAX's cache loaded it from) when given, instead of serialized again."""
+    if serialized is None:
+        with _pickler_lock:
+            return serialize_executable.serialize(compiled)
+    base = serialize_executable._JaxPjrtPickler
+    kinds = (serialize_executable.xc.LoadedExecutable, serialize_executable._jax.Executable)
+    seen: list[int] = []
+
+    class Pickler(base):  # type: ignore[misc,valid-type]
+        def persistent_id(self, obj: Any) -> Any:
+            if isinstance(obj, kinds):
+                if id(obj) not in seen:
+                    seen.append(id(obj))
+                return ("exec", serialized)
+            return super().persistent_id(obj)
+
+    with _pickler_lock:
+        serialize_executable._JaxPjrtPickler = Pickler
+        try:
+            out = serialize_executable.serialize(compiled)
+        finally:
+            serialize_executable._JaxPjrtPickler = base
+    if len(seen) != 1:  # the bytes stand for one executable: any other layout is not stored
+        raise ValueError(f"{len(seen)} executables in one compiled program")
+    return out
+
+
 class ExecutableStore:
     """Serialized executables under one directory (module docstring)."""
 
@@ -305,10 +379,13 @@ class ExecutableStore:
             return None
         return compiled
 
-    def save(self, digest: str, compiled: Any, lowered: Any) -> bool:
-        """Writes `compiled` under `digest` (atomically); False when it cannot be serialized."""
+    def save(
+        self, digest: str, compiled: Any, lowered: Any, serialized: bytes | None = None
+    ) -> bool:
+        """Writes `compiled` under `digest` (atomically); False when it cannot be serialized.
+        `serialized`: the bytes JAX's persistent cache loaded it from (`cache_reads`)."""
         try:
-            payload, in_tree, out_tree = serialize_executable.serialize(compiled)
+            payload, in_tree, out_tree = _serialize(compiled, serialized)
             devices = compiled._executable._unloaded_executable.device_list  # its devices, in order
             entry = {
                 "format": FORMAT,

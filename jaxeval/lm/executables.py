@@ -43,7 +43,7 @@ from typing import Any
 
 import jax
 
-from jaxeval.lm.executable_store import ExecutableStore
+from jaxeval.lm.executable_store import ExecutableStore, cache_reads
 from jaxeval.platform import phases
 from jaxeval.platform.compile_cache import CompileCounter
 
@@ -129,14 +129,17 @@ class Executables:
         executable = store.load(digest) if digest is not None else None
         loaded = executable is not None
         lowered = None
+        read: list[bytes] = []
         if not loaded:
             lowered = job.lower()
-            executable = lowered.compile(compiler_options=options)
+            with cache_reads() as read:
+                executable = lowered.compile(compiler_options=options)
         built, hits = counter.since(before, thread=True)
-        # only what XLA built now: an executable JAX's persistent cache loaded serializes without
-        # its code on XLA:CPU (the stored copy would fail when run), so it is not stored
-        if digest is not None and lowered is not None and built and not hits:
-            store.save(digest, executable, lowered)
+        if digest is not None and lowered is not None:
+            if built and not hits:  # XLA compiled it now
+                store.save(digest, executable, lowered)
+            elif hits == 1 and not built and len(read) == 1:  # from JAX's cache: its own bytes
+                store.save(digest, executable, lowered, serialized=read[0])
         seconds = time.perf_counter() - start
         with self._lock:
             self.compile_seconds += seconds

@@ -109,10 +109,12 @@ def test_described_values():
         describe(Local(1))  # a class outside jaxeval
 
 
-def test_an_executable_from_jax_cache_is_not_stored(cache):
-    """XLA:CPU serializes an executable loaded from JAX's persistent cache without its code: a
-    copy stored from it would fail when run ("Function ... not found"), so none is made."""
-    Executables(store=True).get(_norm_job())
+def test_an_executable_from_jax_cache_is_stored_from_its_bytes(cache):
+    """A program JAX's persistent cache already holds (the store's entry gone, or a fingerprint
+    that changed while the program did not) is stored from the bytes that cache read, not
+    serialized again from the loaded executable (XLA:CPU would write it without its code), and
+    the next run loads it from the store."""
+    out = np.asarray(Executables(store=True).get(_norm_job())(*_args()))
     store = ExecutableStore.for_compile_cache()
     for path in store.root.glob("*.exe"):
         path.unlink()
@@ -120,8 +122,30 @@ def test_an_executable_from_jax_cache_is_not_stored(cache):
     exe = Executables(store=True)
     run = exe.get(_norm_job())
     assert exe.cache_hits == 1 and exe.store_loads == 0 and exe.compilations == 0
-    assert not list(store.root.glob("*.exe"))
-    np.asarray(run(*_args()))
+    assert len(list(store.root.glob("*.exe"))) == 1
+    np.testing.assert_array_equal(np.asarray(run(*_args())), out)
+    jax.clear_caches()
+    again = Executables(store=True)
+    loaded = again.get(_norm_job())
+    assert again.store_loads == 1 and again.compilations == 0
+    np.testing.assert_array_equal(np.asarray(loaded(*_args())), out)
+
+
+def test_cache_reads_are_seen_on_their_own_thread_only(cache):
+    Executables(store=False).get(_norm_job(eps=5e-6))
+    jax.clear_caches()
+    job = _norm_job(eps=5e-6)
+    with es.cache_reads() as read:
+        job.lower().compile()
+    assert len(read) == 1 and isinstance(read[0], bytes)
+    jax.clear_caches()
+    with es.cache_reads() as read:
+        import threading
+
+        t = threading.Thread(target=lambda: job.lower().compile())
+        t.start()
+        t.join()
+    assert read == []  # another thread's read is not this one's
 
 
 def test_a_damaged_entry_is_compiled_over(cache):
@@ -137,6 +161,7 @@ def test_a_damaged_entry_is_compiled_over(cache):
     run = again.get(job)
     assert again.store_loads == 0 and again.cache_hits == 1  # JAX's cache, lowered as before
     np.asarray(run(*_args()))
+    assert (store.root / f"{digest}.exe").exists()  # and kept again, from that cache's bytes
 
 
 def test_switched_off(cache, monkeypatch):
@@ -148,8 +173,10 @@ def test_switched_off(cache, monkeypatch):
 
 
 def test_a_second_process_runs_the_stored_program(tmp_path):
-    """Two processes, as two runs: the second loads the first one's executable (nothing lowered)
-    and gets the same numbers."""
+    """Processes as runs: the second loads the first one's executable (nothing lowered) and gets
+    the same numbers; with the store emptied, the third loads from JAX's cache and keeps that
+    cache's bytes, which the fourth runs (a copy serialized from the loaded executable would fail
+    there: XLA:CPU writes it without its code)."""
     script = textwrap.dedent(
         """
         import functools, sys, json
@@ -169,15 +196,17 @@ def test_a_second_process_runs_the_stored_program(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k != es.ENV_VAR}
     runs = []
-    for _ in range(2):
+    for i in range(4):
+        if i == 2:
+            for path in (tmp_path / "xla" / es.SUBDIR).glob("*.exe"):
+                path.unlink()
         done = subprocess.run(
             [sys.executable, "-c", script, str(tmp_path / "xla")],
             capture_output=True, text=True, env=env, check=True,
         )  # fmt: skip
-        runs.append(done.stdout.strip().splitlines()[-1])
-    first, second = (json.loads(r) for r in runs)
-    assert first["loads"] == 0 and second["loads"] == 1
-    assert first["out"] == second["out"]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert [r["loads"] for r in runs] == [0, 1, 0, 1]
+    assert all(r["out"] == runs[0]["out"] for r in runs)
 
 
 def test_a_second_adapter_loads_every_scoring_and_generation_executable(tmp_path):
