@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
+#if (defined(__AVX512F__) && defined(__AVX512DQ__)) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -126,6 +126,41 @@ void indices_of_words(const uint32_t* words, int64_t count, double n, Index* out
     const __m512i key = _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi64(y, 21), key_high),
                                         _mm512_srli_epi64(y, 38));
     store_indices(_mm512_mul_pd(_mm512_cvtepi64_pd(key), scaled_n), out + k);
+  }
+  indices_of_words_scalar(words + 2 * k, count - k, n, out + k);
+}
+#elif defined(__AVX2__)
+// The same, 4 draws per step on AVX2 (no 64-bit integer to double conversion): the 4 (a, b) pairs
+// are tempered as 32-bit lanes, a >> 5 and b >> 6 gathered into two halves and converted as
+// int32 (exact), and K = (a >> 5) * 2**26 + (b >> 6) formed in doubles, exactly (both terms and
+// the sum are integers below 2**53); then the scalar product and truncation, lane by lane.
+inline void store_indices(__m128i x, int32_t* out) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), x);
+}
+inline void store_indices(__m128i x, int64_t* out) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_cvtepi32_epi64(x));
+}
+
+template <typename Index>
+void indices_of_words(const uint32_t* words, int64_t count, double n, Index* out) {
+  const __m256i mask_b = _mm256_set1_epi32(static_cast<int>(0x9d2c5680U));
+  const __m256i mask_c = _mm256_set1_epi32(static_cast<int>(0xefc60000U));
+  const __m256i shifts = _mm256_setr_epi32(5, 6, 5, 6, 5, 6, 5, 6);
+  const __m256i halves = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256d two26 = _mm256_set1_pd(0x1p26);
+  const __m256d scaled_n = _mm256_set1_pd(n * 0x1p-53);
+  int64_t k = 0;
+  for (; k + 4 <= count; k += 4) {
+    __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + 2 * k));
+    y = _mm256_xor_si256(y, _mm256_srli_epi32(y, 11));
+    y = _mm256_xor_si256(y, _mm256_and_si256(_mm256_slli_epi32(y, 7), mask_b));
+    y = _mm256_xor_si256(y, _mm256_and_si256(_mm256_slli_epi32(y, 15), mask_c));
+    y = _mm256_xor_si256(y, _mm256_srli_epi32(y, 18));
+    y = _mm256_permutevar8x32_epi32(_mm256_srlv_epi32(y, shifts), halves);  // a's | b's
+    const __m256d high = _mm256_cvtepi32_pd(_mm256_castsi256_si128(y));
+    const __m256d low = _mm256_cvtepi32_pd(_mm256_extracti128_si256(y, 1));
+    const __m256d key = _mm256_add_pd(_mm256_mul_pd(high, two26), low);
+    store_indices(_mm256_cvttpd_epi32(_mm256_mul_pd(key, scaled_n)), out + k);
   }
   indices_of_words_scalar(words + 2 * k, count - k, n, out + k);
 }

@@ -10,7 +10,7 @@ One `Stream` is `random.Random(seed)` read as `choices` draws (one `random()` pe
         # interpreter's `sum` adds floats: left to right from 0.0 (Python 3.11), or Neumaier's
         # compensated sum (3.12+) with `compensated=True`
 
-The kernel twists MT19937 and converts 8 draws at a time (AVX-512 where the CPU has it), and
+The kernel twists MT19937 and converts 8 draws at a time with AVX-512, 4 with AVX2, and
 sums 8 replicates side by side, each in its own chain and its own order: every double is the one
 the interpreter computes, bit for bit (no fused or reassociated operations: `-ffp-contract=off`,
 no fast-math). LAMBADA's case, 100,000 replicates of 5,153 draws, takes ~0.45 s on one core

@@ -126,6 +126,16 @@ def test_draws_equal_random_choices(seed, n):
     assert kernel_indices(seed, n, rows) == expected
 
 
+@pytest.mark.parametrize("n", [2**31 - 1, 2**30 + 7, 10**9 + 9, 2**26 + 1])
+def test_draws_below_large_n(n):
+    # Products near the top of the int32 range, where a vector path's conversion and truncation
+    # must still give the scalar floor (the kernel keeps indices below 2**31).
+    stream = bootstrap_kernel.Stream(bootstrap_kernel.load_kernel(), seed_key(5))
+    out = np.empty(2001, dtype=np.int64)
+    stream.indices(n, out)
+    assert out.tolist() == random.Random(5).choices(range(n), k=2001)
+
+
 def test_draws_continue_across_calls():
     # Reads that stop mid-twist and at odd counts (the 8-wide loop's scalar tail) continue the
     # stream where they stopped.
