@@ -12,8 +12,8 @@ line (a process of its own) tells transformers torch is absent before anything i
 
 Only transformers' view changes: `import torch` still works for anything that imports it itself.
 A library user (`jaxeval.simple_evaluate` in a notebook, a test process that also runs lm-eval)
-is never affected: `hide_torch_from_transformers` is called by the command's entry point only, and
-does nothing once transformers or torch is imported.
+is never affected: `hide_torch_from_transformers` is called by the command's entry point only,
+does nothing once transformers is imported, and hides nothing once torch is.
 
 transformers also reads its whole `models` folder at import (1,100+ source files scanned for their
 `__all__` lists and backends, twice: `transformers/__init__.py` and `transformers.models`), ~0.8 s
@@ -40,7 +40,7 @@ from typing import Any
 
 KEEP_TORCH = "JAXEVAL_TRANSFORMERS_TORCH"
 STARTUP_CACHE = "JAXEVAL_STARTUP_CACHE"
-_OFF = frozenset({"", "0", "off", "false", "none", "no"})
+_OFF = frozenset({"", "0", "off", "false", "none", "no"})  # compile_cache.OFF (which imports JAX)
 
 
 def hide_torch_from_transformers() -> bool:
