@@ -129,8 +129,8 @@ def truncate_request(
             total - max_length + 1,
         )
     return TruncatedRequest(
-        context=tuple(int(t) for t in context[keep:]),
-        continuation=tuple(int(t) for t in continuation),
+        context=tuple(map(int, context[keep:])),
+        continuation=tuple(map(int, continuation)),
         truncated=keep,
     )
 

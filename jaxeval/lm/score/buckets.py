@@ -17,6 +17,7 @@ max_length, so every request (after lm-eval's own left truncation) fits some buc
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 from jaxeval.errors import JaxevalError
@@ -92,9 +93,19 @@ class BucketSet:
         """What batches of rows of T = `length` tokens are a multiple of (`row_multiple_at`)."""
         return row_multiple_at(length, self.row_multiple)
 
+    @functools.cached_property
+    def _max_points(self) -> dict[int, int]:
+        top: dict[int, int] = {}
+        for b in self.buckets:
+            top[b.length] = max(top.get(b.length, 0), b.points)
+        return top
+
     def max_points(self, length: int) -> int:
         """The largest K among buckets of exactly this T (what a row of that length may score)."""
-        return max(b.points for b in self.buckets if b.length == length)
+        try:
+            return self._max_points[length]
+        except KeyError:
+            raise ValueError(f"no bucket has T = {length}") from None
 
     def row_length_for(self, tokens: int, points: int) -> int:
         """T of the smallest bucket that fits a row holding `tokens` tokens and `points` points."""
