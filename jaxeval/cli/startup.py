@@ -38,6 +38,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from jaxeval.paths import cache_home
+
 KEEP_TORCH = "JAXEVAL_TRANSFORMERS_TORCH"
 STARTUP_CACHE = "JAXEVAL_STARTUP_CACHE"
 _OFF = frozenset({"", "0", "off", "false", "none", "no"})  # compile_cache.OFF (which imports JAX)
@@ -69,8 +71,6 @@ def structure_cache_dir() -> Path | None:
         return None
     if setting:
         return Path(setting).expanduser()
-    from jaxeval.paths import cache_home
-
     return cache_home() / "startup"
 
 
