@@ -27,12 +27,13 @@ anything it cannot describe exactly:
 
 What XLA compiles in this process is stored; so is a program JAX's persistent cache already
 held (an edit of jaxeval that left the program as it was: the fingerprint changed, the lowered
-program did not), from the serialized bytes that cache read (`cache_reads`), not by serializing the
-loaded executable again: XLA:CPU serializes an executable it loaded without its code (running
-such a copy fails with "Function ... not found"). An entry is written once, atomically (a temporary file renamed), and read with a check
-of the fingerprint it was written under; an entry that fails to load is deleted (the job then
-compiles as before). The custom calls an executable names (the CPU attention kernels) are registered
-before it loads. `JAXEVAL_EXECUTABLE_STORE=off` switches the store off; it lives in
+program did not), from the serialized bytes that cache read (`cache_reads`), not by serializing
+the loaded executable again: XLA:CPU serializes an executable it loaded without its code (running
+such a copy fails with "Function ... not found"). Both hooks are JAX internals looked up at run
+time; where one is missing, nothing is stored from JAX's cache. An entry is written once,
+atomically (a temporary file renamed), and read with a check of the fingerprint it was written
+under; an entry that fails to load is deleted (the job then compiles as before). The custom
+calls an executable names (the CPU attention kernels) are registered before it loads. `JAXEVAL_EXECUTABLE_STORE=off` switches the store off; it lives in
 `<compilation cache>/jaxeval-executables`, so `--compilation_cache off` switches it off too.
 """
 
@@ -258,7 +259,7 @@ def _watch_cache_reads() -> bool:
     """Hands the serialized executables JAX's persistent cache reads on a thread inside
     `cache_reads` to it (JAX's reader splits each entry into executable and compile time with
     `extract_executable_and_time`); False where this JAX has no such step."""
-    try:
+    try:  # JAX's private module: its reader is wrapped only where it has this shape
         from jax._src import compilation_cache
     except ImportError:
         return False
