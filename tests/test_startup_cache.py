@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from jaxeval.cli import startup
 from tests.helpers.tiny_models import tiny_checkpoint
 
@@ -86,6 +88,8 @@ def test_key_follows_the_source_files(tmp_path):
     key = startup._structure_key(pkg, "models")
     (pkg / "llama" / "modeling_llama.py").write_text("", encoding="utf-8")
     assert startup._structure_key(pkg, "models") != key  # added
+    with pytest.raises(ValueError):
+        startup._structure_key(tmp_path / "empty", None)  # nothing to key by: scanned, not kept
 
 
 def test_json_round_trip_keeps_the_structure():

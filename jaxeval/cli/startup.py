@@ -105,7 +105,10 @@ def _structure_key(module_path: Any, prefix: str | None) -> str:
 
     where = Path(module_path)
     folder = where if where.is_dir() else where.parent
-    parts = [version("transformers"), str(where), prefix, _source_files(folder)]
+    sources = _source_files(folder)
+    if not sources:  # not a folder of source files (a zipped install): nothing to key it by
+        raise ValueError(f"no source files under {folder}")
+    parts = [version("transformers"), str(where), prefix, sources]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
