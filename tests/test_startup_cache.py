@@ -88,6 +88,7 @@ def test_key_follows_the_source_files(tmp_path):
     key = startup._structure_key(pkg, "models")
     (pkg / "llama" / "modeling_llama.py").write_text("", encoding="utf-8")
     assert startup._structure_key(pkg, "models") != key  # added
+    (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError):
         startup._structure_key(tmp_path / "empty", None)  # nothing to key by: scanned, not kept
 
