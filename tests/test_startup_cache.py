@@ -66,9 +66,11 @@ def test_kept_structures_build_what_a_scan_builds(tmp_path):
     assert len(scanned["models"]["class_to_module"]) > 500  # the real catalogue, not an empty map
 
     damaged = sorted(kept)[0]
-    (cache / damaged).write_text("{not json", encoding="utf-8")
-    assert _probe(path, str(cache)) == scanned
-    json.loads((cache / damaged).read_text(encoding="utf-8"))  # scanned and kept again
+    for text in ("{not json", '{"ab": "cd"}', "[[1, 2]]"):  # not JSON; JSON of other shapes
+        (cache / damaged).write_text(text, encoding="utf-8")
+        assert _probe(path, str(cache)) == scanned
+        json.loads((cache / damaged).read_text(encoding="utf-8"))  # scanned and kept again
+        assert (cache / damaged).read_text(encoding="utf-8") != text
 
 
 def test_key_follows_the_source_files(tmp_path):

@@ -133,8 +133,8 @@ def _cache_structures(import_utils: types.ModuleType, cache: Path) -> None:
             return scan(module_path, prefix)
         try:
             return _from_json(json.loads(entry.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
-            pass  # not kept yet, or damaged: scanned and kept below
+        except Exception:  # noqa: BLE001 - not kept yet, or damaged in any way: scanned, kept below
+            pass
         structure = scan(module_path, prefix)
         try:
             cache.mkdir(parents=True, exist_ok=True)
