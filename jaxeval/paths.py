@@ -25,6 +25,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+# What a cache setting (a folder variable or flag) says to mean "no cache".
+OFF = frozenset({"", "0", "off", "false", "none", "no"})
+
 
 def cache_home() -> Path:
     """The root of every jaxeval cache folder (nothing is created here)."""

@@ -73,6 +73,12 @@ def test_kept_structures_build_what_a_scan_builds(tmp_path):
         assert (cache / damaged).read_text(encoding="utf-8") != text
 
 
+def _key(module_path, prefix):
+    """The key a new process would compute (the folder walk is kept per process)."""
+    startup._source_files.cache_clear()
+    return startup._structure_key(module_path, prefix)
+
+
 def test_key_follows_the_source_files(tmp_path):
     pkg = tmp_path / "models"
     (pkg / "llama").mkdir(parents=True)
@@ -80,19 +86,23 @@ def test_key_follows_the_source_files(tmp_path):
     source = pkg / "llama" / "configuration_llama.py"
     source.write_text("__all__ = ['LlamaConfig']\n", encoding="utf-8")
     (pkg / "llama" / "__pycache__").mkdir()
-    key = startup._structure_key(pkg, "models")
-    assert startup._structure_key(pkg / "__init__.py", None) != key  # another call, another key
+    key = _key(pkg, "models")
+    assert _key(pkg / "__init__.py", None) != key  # another call, another key
     (pkg / "llama" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
     (pkg / "llama" / "README.md").write_text("not a source", encoding="utf-8")
-    assert startup._structure_key(pkg, "models") == key  # only .py sources count
+    assert _key(pkg, "models") == key  # only .py sources count
     source.write_text("__all__ = ['LlamaConfig', 'Other']\n", encoding="utf-8")
-    assert startup._structure_key(pkg, "models") != key  # edited
-    key = startup._structure_key(pkg, "models")
+    assert _key(pkg, "models") != key  # edited
+    key = _key(pkg, "models")
     (pkg / "llama" / "modeling_llama.py").write_text("", encoding="utf-8")
-    assert startup._structure_key(pkg, "models") != key  # added
+    assert _key(pkg, "models") != key  # added
+    startup._source_files.cache_clear()  # within one process, the folder is walked once
+    startup._structure_key(pkg, "models")
+    startup._structure_key(pkg / "__init__.py", None)
+    assert startup._source_files.cache_info().misses == 1
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError):
-        startup._structure_key(tmp_path / "empty", None)  # nothing to key by: scanned, not kept
+        _key(tmp_path / "empty", None)  # nothing to key by: scanned, not kept
 
 
 def test_json_round_trip_keeps_the_structure():

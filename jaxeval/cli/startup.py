@@ -38,11 +38,10 @@ import types
 from pathlib import Path
 from typing import Any
 
-from jaxeval.paths import cache_home
+from jaxeval.paths import OFF, cache_home
 
 KEEP_TORCH = "JAXEVAL_TRANSFORMERS_TORCH"
 STARTUP_CACHE = "JAXEVAL_STARTUP_CACHE"
-_OFF = frozenset({"", "0", "off", "false", "none", "no"})  # compile_cache.OFF (which imports JAX)
 
 
 def hide_torch_from_transformers() -> bool:
@@ -67,7 +66,7 @@ def hide_torch_from_transformers() -> bool:
 def structure_cache_dir() -> Path | None:
     """Where transformers' import structures are kept (None: `JAXEVAL_STARTUP_CACHE=off`)."""
     setting = os.environ.get(STARTUP_CACHE)
-    if setting is not None and setting.strip().lower() in _OFF:
+    if setting is not None and setting.strip().lower() in OFF:
         return None
     if setting:
         return Path(setting).expanduser()
@@ -86,8 +85,10 @@ def _hide_torch(import_utils: types.ModuleType) -> None:
     import_utils.is_torch_available.cache_clear()
 
 
-def _source_files(folder: Path) -> list[tuple[str, int, int]]:
-    """(relative path, size, mtime in ns) of every .py file under `folder`, sorted."""
+@functools.lru_cache
+def _source_files(folder: Path) -> tuple[tuple[str, int, int], ...]:
+    """(relative path, size, mtime in ns) of every .py file under `folder`, sorted; walked once a
+    process (transformers scans its `models` folder twice, each scan keyed by this)."""
     out = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
@@ -96,8 +97,7 @@ def _source_files(folder: Path) -> list[tuple[str, int, int]]:
                 full = os.path.join(root, name)
                 st = os.stat(full)
                 out.append((os.path.relpath(full, folder), st.st_size, st.st_mtime_ns))
-    out.sort()
-    return out
+    return tuple(sorted(out))
 
 
 def _structure_key(module_path: Any, prefix: str | None) -> str:

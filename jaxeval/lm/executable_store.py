@@ -33,7 +33,8 @@ such a copy fails with "Function ... not found"). Both hooks are JAX internals l
 time; where one is missing, nothing is stored from JAX's cache. An entry is written once,
 atomically (a temporary file renamed), and read with a check of the fingerprint it was written
 under; an entry that fails to load is deleted (the job then compiles as before). The custom
-calls an executable names (the CPU attention kernels) are registered before it loads. `JAXEVAL_EXECUTABLE_STORE=off` switches the store off; it lives in
+calls an executable names (the CPU attention kernels) are registered before it loads.
+`JAXEVAL_EXECUTABLE_STORE=off` switches the store off; it lives in
 `<compilation cache>/jaxeval-executables`, so `--compilation_cache off` switches it off too.
 """
 
@@ -286,11 +287,12 @@ def cache_reads():
     if not _watch_cache_reads():
         yield read
         return
+    outer = getattr(_reads, "read", None)
     _reads.read = read
     try:
         yield read
     finally:
-        _reads.read = None
+        _reads.read = outer
 
 
 def _serialize(compiled: Any, serialized: bytes | None) -> tuple[bytes, Any, Any]:
@@ -301,13 +303,12 @@ def _serialize(compiled: Any, serialized: bytes | None) -> tuple[bytes, Any, Any
             return serialize_executable.serialize(compiled)
     base = serialize_executable._JaxPjrtPickler
     kinds = (serialize_executable.xc.LoadedExecutable, serialize_executable._jax.Executable)
-    seen: list[int] = []
+    seen: set[int] = set()
 
     class Pickler(base):  # type: ignore[misc,valid-type]
         def persistent_id(self, obj: Any) -> Any:
             if isinstance(obj, kinds):
-                if id(obj) not in seen:
-                    seen.append(id(obj))
+                seen.add(id(obj))
                 return ("exec", serialized)
             return super().persistent_id(obj)
 

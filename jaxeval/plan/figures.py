@@ -27,10 +27,9 @@ from typing import Any
 import jax
 
 from jaxeval.lm.executables import Job
-from jaxeval.paths import cache_dir
+from jaxeval.paths import OFF, cache_dir
 
 ENV_VAR = "JAXEVAL_PLAN_CACHE"
-OFF = frozenset({"", "0", "off", "false", "none", "no"})
 VERSION = 2  # of what a file holds; a change of the figures' meaning bumps it (2: "kernels")
 
 

@@ -22,10 +22,9 @@ import threading
 import jax
 from jax.experimental.compilation_cache import compilation_cache as _cc
 
-from jaxeval.paths import cache_dir
+from jaxeval.paths import OFF, cache_dir
 
 ENV_VAR = "JAXEVAL_COMPILATION_CACHE"
-OFF = frozenset({"", "0", "off", "false", "none", "no"})
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _HIT_EVENT = "/jax/compilation_cache/cache_hits"
