@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxeval.models.contract import KVCache
 from jaxeval.ops.attention import cpu as cpu_attention
 
 LAYERS, KV_HEADS, GROUP, HEAD_DIM = 30, 3, 3, 64
@@ -57,8 +58,9 @@ def step_time(rows: int, slots: int, written: int, repeats: int) -> float:
     @jax.jit
     def step(q, k, v):
         def layer(i, acc):  # the accumulator feeds the next query: no layer is skipped
+            cache = KVCache(k=k, v=v, valid=valid, positions=slot_pos)
             _, _, out = cpu_attention.cpu_decode_state(
-                q + 0 * acc[..., :1], k, v, i, bound, valid, slot_pos, q_pos, None, 0.125, None
+                q + 0 * acc[..., :1], cache, i, bound, q_pos, None, 0.125, None
             )
             return acc + out
 

@@ -5,9 +5,9 @@
 
 Compiles the scoring bucket T=2048 with the most score points' sibling (K=64) of the plan
 (`jaxeval plan --topology v5e-8 --lengths 2048`) twice, once with each grouped matmul behind
-`jaxeval.models.experts.ragged_matmul` (gmm with the largest of 512/256/128 that divides each
-dimension as its tiles), and prints HBM and the compiler's estimate (its cycles plus the kernels at
-the roofline of what they declare, `plan.costs`). Compiler figures, not measurements.
+`jaxeval.models.experts.ragged.ragged_matmul` (gmm with the largest of 512/256/128 that divides
+each dimension as its tiles), and prints HBM and the compiler's estimate (its cycles plus the
+kernels at the roofline of what they declare, `plan.costs`). Compiler figures, not measurements.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu.megablox import gmm
 
-from jaxeval.models import experts
+from jaxeval.models.experts import ragged as experts
 from jaxeval.plan.compiled import plan_topology, read_config
 from jaxeval.plan.topology import get_topology
 

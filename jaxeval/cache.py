@@ -4,10 +4,11 @@
     value = json.dumps([ll, is_greedy])            (a float for rolling, a string for generation)
 
 One sqlite file in WAL mode (`PREFIX_rank0.db`). Rows are committed batch by batch as the kernel
-returns them: a model that defines `answer_hook` (JaxLM) calls it with (positions, answers) after
-each kernel batch, and each call is one transaction. A run killed at any point keeps every finished
-batch; its rerun serves those from the file and recomputes at most the batch that was in flight.
-Models without the hook are stored when their call returns.
+returns them: a model whose request methods take the keywords `known` and `on_answers`
+(`takes_answers`: JaxLM, the in-memory LM) is called with `on_answers=store`, which it calls with
+(positions, answers) after each kernel batch, and each call is one transaction. A run killed at any
+point keeps every finished batch; its rerun serves those from the file and recomputes at most the
+batch that was in flight. Other models' answers are stored when their call returns.
 
 The fingerprint names what produced an answer: the model's `fingerprint()` (JaxLM: its files,
 config, spec, tokenizer and every model argument that can change an answer, `jaxeval.lm.fingerprint`),
@@ -17,17 +18,27 @@ other fingerprints gets a warning counting them. A stored value is checked befor
 replaced, with a warning once. Sampled generations are never stored. Values are JSON (not
 pickles), so a cache file is safe to share. Multi-host: only process 0 opens the file
 (`response_cache`).
+
+The cache fails soft: only a file that cannot be opened for writing at all is an error (before the
+model loads). Any sqlite error after that, such as a damaged page, an `answers` table of another
+schema or a disk that fills mid-run, is one warning; the file is then left alone and the run goes
+on without it (every answer computed, none stored), with the same results. When the store is
+closed (`close`, or at exit) its write-ahead log is checkpointed into the file
+(`PRAGMA wal_checkpoint(TRUNCATE)`), so the `.db` file alone holds every answer.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import logging
 import math
 import os
 import sqlite3
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jaxeval.api.instance import Instance
@@ -36,6 +47,7 @@ from jaxeval.platform import distributed
 
 log = logging.getLogger(__name__)
 METHODS = ("loglikelihood", "loglikelihood_rolling", "generate_until")
+ANSWER_KEYWORDS = ("known", "on_answers")
 
 
 def _finite_number(value: Any) -> bool:
@@ -85,41 +97,102 @@ def hash_args(fingerprint: str, method: str, args: tuple) -> str:
     return hashlib.sha256(json.dumps([fingerprint, method, *args]).encode("utf-8")).hexdigest()
 
 
+COLUMNS = ("key", "model", "value")
+
+
+def _make_folders(folder: str) -> None:
+    """`os.makedirs`, each new folder 0755 less the umask: never writable by group or others, even
+    under umask 000 (sqlite makes the file and its -wal 0644 less the umask)."""
+    parent = os.path.dirname(folder)
+    if parent and parent != folder and not os.path.exists(parent):
+        _make_folders(parent)
+    try:
+        os.mkdir(folder, 0o755)
+    except FileExistsError:
+        pass
+
+
+def _close_connection(db: sqlite3.Connection) -> None:
+    """Checkpoints the write-ahead log into the file (emptying the `-wal`), then closes."""
+    try:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.Error:
+        pass  # the rows stay in the -wal, which sqlite reads back on the next open
+    finally:
+        db.close()
+
+
 class ResponseStore:
     """The sqlite file: opened (and proven writable) before the model loads."""
 
     def __init__(self, path: str):
         self.path = path
         self._warned_unusable = False
+        self._db: sqlite3.Connection | None = None
         hint = "give --use_cache a prefix in a writable directory, e.g. --use_cache cache/run"
         folder = os.path.dirname(path)
         try:
             if folder:
-                os.makedirs(folder, exist_ok=True)
+                _make_folders(folder)
             if os.path.isdir(path):
                 raise OSError(f"{path} is a directory")
-            self._db = sqlite3.connect(path, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute(
+            db = sqlite3.connect(path, timeout=30)
+            self._closer = weakref.finalize(self, _close_connection, db)
+            self._db = db
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(
                 "CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, model TEXT, value TEXT)"
             )
-            self._db.execute("BEGIN IMMEDIATE")  # proves the file (and its -wal) can be written
-            self._db.execute("ROLLBACK")
-        except (OSError, sqlite3.Error) as e:
+            columns = tuple(row[1] for row in db.execute("PRAGMA table_info(answers)"))
+            db.execute("BEGIN IMMEDIATE")  # proves the file (and its -wal) can be written
+            db.execute("ROLLBACK")
+        except (OSError, sqlite3.OperationalError) as e:
+            self.close()
             raise JaxevalError(
                 f"the response cache cannot be opened for writing ({e})",
                 file=path,
                 field="use_cache",
                 hint=hint,
             ) from None
+        except sqlite3.Error as e:  # not a database, or a damaged one: the run goes on without it
+            self._fail(e)
+            return
+        if columns != COLUMNS:
+            self._fail(f"its answers table has the columns {list(columns)}, not {list(COLUMNS)}")
+
+    def _fail(self, error: object) -> None:
+        """Stops using the file after an sqlite error (one warning): from here on nothing is
+        served or stored, and the run computes every answer."""
+        if self._db is None:
+            return
+        self.close()
+        log.warning(
+            "the response cache %s cannot be used (%s); the run goes on without it: answers are "
+            "computed and not stored",
+            self.path,
+            error,
+        )
+
+    def close(self) -> None:
+        """Checkpoints the write-ahead log into the file and closes it (also done at exit)."""
+        self._db = None
+        closer = getattr(self, "_closer", None)
+        if closer is not None:
+            closer()
 
     def get(self, key: str, model: str, method: str) -> Any:
         """The answer stored under `key` by `model` (a fingerprint), as `method` returns it; None
         when there is none, or when the stored value is not one (a warning, once per file)."""
-        row = self._db.execute(
-            "SELECT value FROM answers WHERE key = ? AND model = ?", (key, model)
-        ).fetchone()
+        if self._db is None:
+            return None
+        try:
+            row = self._db.execute(
+                "SELECT value FROM answers WHERE key = ? AND model = ?", (key, model)
+            ).fetchone()
+        except sqlite3.Error as e:
+            self._fail(e)
+            return None
         if row is None:
             return None
         value = checked_answer(method, row[0])
@@ -135,21 +208,36 @@ class ResponseStore:
         return value
 
     def put(self, rows: list[tuple[str, str, Any]]) -> None:
-        """(key, fingerprint, value) rows in one committed transaction."""
-        if rows:
-            with self._db:
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO answers VALUES (?, ?, ?)",
-                    [(k, m, json.dumps(v)) for k, m, v in rows],
-                )
+        """(key, fingerprint, value) rows in one committed transaction (none once the file failed)."""
+        if rows and self._db is not None:
+            try:
+                with self._db:
+                    self._db.executemany(
+                        "INSERT OR REPLACE INTO answers VALUES (?, ?, ?)",
+                        [(k, m, json.dumps(v)) for k, m, v in rows],
+                    )
+            except sqlite3.Error as e:
+                self._fail(e)
 
     def count(self) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
+        if self._db is None:
+            return 0
+        try:
+            return int(self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
+        except sqlite3.Error as e:
+            self._fail(e)
+            return 0
 
     def warn_if_other_models(self, fingerprint: str) -> None:
-        other = self._db.execute(
-            "SELECT COUNT(*) FROM answers WHERE model != ?", (fingerprint,)
-        ).fetchone()[0]
+        if self._db is None:
+            return
+        try:
+            other = self._db.execute(
+                "SELECT COUNT(*) FROM answers WHERE model != ?", (fingerprint,)
+            ).fetchone()[0]
+        except sqlite3.Error as e:
+            self._fail(e)
+            return
         if other:
             log.warning(
                 "%s holds %d answers from other weights, tokenizer or settings (stored under "
@@ -170,14 +258,19 @@ def innermost(lm: Any) -> Any:
     return lm
 
 
-def hook_target(lm: Any) -> Any:
-    """The object (lm, or one it wraps as `.lm`) whose class offers `answer_hook`, else None."""
-    seen = 0
-    while lm is not None and seen < 8:
-        if "answer_hook" in dir(type(lm)):
-            return lm
-        lm, seen = getattr(lm, "__dict__", {}).get("lm"), seen + 1
-    return None
+def takes_answers(method: Callable[..., Any]) -> bool:
+    """Whether a request method takes `known` and `on_answers` by keyword (read from its signature,
+    so a subclass or wrapper that drops them is called without them).
+
+        def loglikelihood(self, requests, disable_tqdm=False, *, known=None, on_answers=None)  True
+        def loglikelihood(self, requests)                                                    False
+    """
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin)
+        return False
+    by_keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return all(name in params and params[name].kind in by_keyword for name in ANSWER_KEYWORDS)
 
 
 def _cacheable(method: str, req: Instance) -> bool:
@@ -187,11 +280,12 @@ def _cacheable(method: str, req: Instance) -> bool:
 class CachingLM:
     """Wraps an LM; the three request methods consult the store first and fill it batch by batch.
 
-    With `full_plan` (one process) and a model that takes `known_answers` (JaxLM), a scoring call
-    with some answers on file still sends the model every request, with the stored ones as known
-    answers: the model plans exactly the batches the interrupted run planned and runs only those
-    holding an unknown request, so the resumed results equal an uninterrupted run's bit for bit.
-    Otherwise (generation, other models, several processes) only the misses are sent.
+    With `full_plan` (one process) and a model whose method `takes_answers` (JaxLM), a call with
+    some answers on file still sends the model every request, with the stored ones as
+    `known={position: answer}`: a scoring call plans exactly the batches the interrupted run
+    planned and runs only those holding an unknown request, so the resumed results equal an
+    uninterrupted run's bit for bit. Otherwise (other models, several processes) only the misses
+    are sent. The answers come back through the call's `on_answers` keyword and its return value.
 
     `served` / `computed` count the requests answered from the file / by the model, per method.
     """
@@ -226,13 +320,8 @@ class CachingLM:
             self.served[name] += len(known)
             if len(known) == len(requests):
                 return out
-            target = hook_target(self.lm)
-            full = (
-                self.full_plan
-                and name != "generate_until"
-                and target is not None
-                and "known_answers" in dir(type(target))
-            )
+            takes = takes_answers(attr)
+            full = self.full_plan and takes
             sent = list(range(len(requests))) if full else out_missing(out, known)
             done: set[int] = set(known) if full else set()
 
@@ -248,17 +337,10 @@ class CachingLM:
                     done.add(i)
                 self.store.put(rows)
 
-            if target is not None:
-                target.answer_hook = store
-                if full:
-                    target.known_answers = known
-            try:
-                fresh = attr([requests[i] for i in sent])
-            finally:
-                if target is not None:
-                    target.answer_hook = None
-                    if full:
-                        target.known_answers = None
+            keywords: dict[str, Any] = {"on_answers": store} if takes else {}
+            if full:
+                keywords["known"] = known
+            fresh = attr([requests[i] for i in sent], **keywords)
             rest = [p for p, i in enumerate(sent) if i not in done]
             store(rest, [fresh[p] for p in rest])
             for p, i in enumerate(sent):
@@ -328,17 +410,31 @@ class _Intercept:
 
 
 class _Tap(_Intercept):
-    """Between CachingLM and the model on process 0: announces which requests really run."""
+    """Between CachingLM and the model on process 0: announces which requests really run. Its
+    request methods show the model's signature, so CachingLM passes the keywords the model takes
+    (`takes_answers`) and the model commits its answers batch by batch."""
 
     def __init__(self, lm: Any):
         super().__init__(lm)
         self.full: Sequence[Any] = ()
         self.sent = False
 
-    def call(self, name: str, requests: list[Any]) -> list[Any]:
-        distributed.broadcast_json(subsequence_positions(requests, self.full))
-        self.sent = True
-        return getattr(self.lm, name)(requests)
+    def expect(self, requests: Sequence[Any]) -> None:
+        """The next call answers `requests` (those the model is sent are a subsequence)."""
+        self.full, self.sent = list(requests), False
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.lm, name)
+        if name not in _METHODS:
+            return method
+
+        @functools.wraps(method)
+        def tapped(requests: list[Any], **answers: Any) -> list[Any]:
+            distributed.broadcast_json(subsequence_positions(requests, self.full))
+            self.sent = True
+            return method(requests, **answers)
+
+        return tapped
 
 
 class _CacheLeader(_Intercept):
@@ -348,7 +444,7 @@ class _CacheLeader(_Intercept):
         self._cache = CachingLM(self._tap, path)
 
     def call(self, name: str, requests: list[Any]) -> list[Any]:
-        self._tap.full, self._tap.sent = list(requests), False
+        self._tap.expect(requests)
         out = getattr(self._cache, name)(requests)
         if not self._tap.sent:  # every request was a hit: tell the others to run nothing
             distributed.broadcast_json([])

@@ -4,6 +4,9 @@
                                       tasks=["arc_easy"], num_fewshot=0, limit=100)
     results["results"]["arc_easy"]["acc,none"]
 
+`simple_evaluate`'s parameters are `jaxeval.run_config.RunConfig`'s fields; `evaluate_run` takes
+the `RunConfig` itself (the `jaxeval` command builds one from its options).
+
 Requests of one type from all tasks go to the model in one call (the model packs and buckets them);
 `repeats` are expanded consecutively; every request must come back exactly once.
 
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import inspect
 import json
 import logging
 import random
@@ -37,6 +39,7 @@ from jaxeval.lm.base import LM, MODELS
 from jaxeval.platform import distributed, phases
 from jaxeval.results.aggregate import TaskAccumulator, build_results
 from jaxeval.results.files import handle_non_serializable
+from jaxeval.run_config import RunConfig
 from jaxeval.run_info import environment_info, tokenizer_info
 
 log = logging.getLogger(__name__)
@@ -260,177 +263,112 @@ def _make_lm(model: Any, model_args: Any, batch_size: Any, max_batch_size: Any, 
     return cls(**args, **{k: v for k, v in extra.items() if v is not None})
 
 
-def simple_evaluate(
-    model: Any,
-    model_args: str | dict | None = None,
-    tasks: list[Any] | None = None,
-    num_fewshot: int | None = None,
-    batch_size: int | str | None = None,
-    max_batch_size: int | None = None,
-    device: str | None = None,
-    use_cache: str | None = None,
-    cache_requests: bool = False,
-    rewrite_requests_cache: bool = False,
-    delete_requests_cache: bool = False,
-    limit: int | float | None = None,
-    samples: dict[str, list[int]] | None = None,
-    bootstrap_iters: int = 100000,
-    check_integrity: bool = False,
-    write_out: bool = False,
-    log_samples: bool = True,
-    evaluation_tracker: Any = None,
-    system_instruction: str | None = None,
-    apply_chat_template: bool | str = False,
-    fewshot_as_multiturn: bool = True,
-    gen_kwargs: str | dict | None = None,
-    task_manager: TaskManager | None = None,
-    verbosity: str | None = None,
-    predict_only: bool = False,
-    random_seed: int | None = 0,
-    numpy_random_seed: int | None = 1234,
-    torch_random_seed: int | None = 1234,
-    fewshot_random_seed: int | None = 1234,
-    confirm_run_unsafe_code: bool = False,
-    metadata: dict | None = None,
-) -> dict[str, Any] | None:
+def simple_evaluate(*args: Any, **kwargs: Any) -> dict[str, Any] | None:
     """Builds the model and tasks, applies run-time overrides, evaluates, adds run metadata.
 
-    The results' `timing` block says where the time went (`jaxeval.platform.phases`): from this
-    call's start, or from the process's start when the `jaxeval` command began the run's clock.
+    lm-eval 0.4.13's parameters, positional or keyword: `RunConfig`'s fields, which make this
+    function's signature (`inspect.signature(simple_evaluate)`). An unknown keyword is a
+    `JaxevalError` that suggests the nearest. `evaluate_run` takes the `RunConfig` itself.
+    """
+    return evaluate_run(RunConfig.from_call(args, kwargs))
+
+
+# lm-eval's parameter list, made from the fields: what `help`, `inspect` and editors show
+simple_evaluate.__signature__ = RunConfig.signature(  # type: ignore[attr-defined]
+    returns="dict[str, Any] | None"
+)
+
+
+def evaluate_run(config: RunConfig) -> dict[str, Any] | None:
+    """`simple_evaluate` of a `RunConfig`: the results, or None on a process that does not report.
+
+    The results' `timing` block says where the time went (`jaxeval.platform.phases`). The run's
+    clock starts here unless one runs already (the `jaxeval` command's, from the process's start);
+    whoever started it writes the block, once, at the run's end (`add_timing`).
     """
     own_clock = phases.current() is None
-    clock = phases.begin_run() if own_clock else phases.current()
+    if own_clock:
+        phases.begin_run()
     try:
-        results = _simple_evaluate(**{k: v for k, v in locals().items() if k in _ARGS})
-        if results is not None:
-            results["timing"] = clock.block()
+        results = _simple_evaluate(config)
+        if results is not None and own_clock:
+            add_timing(results)
         return results
     finally:
         if own_clock:
             phases.end_run()
 
 
-def _simple_evaluate(
-    model: Any,
-    model_args: str | dict | None,
-    tasks: list[Any] | None,
-    num_fewshot: int | None,
-    batch_size: int | str | None,
-    max_batch_size: int | None,
-    device: str | None,
-    use_cache: str | None,
-    cache_requests: bool,
-    rewrite_requests_cache: bool,
-    delete_requests_cache: bool,
-    limit: int | float | None,
-    samples: dict[str, list[int]] | None,
-    bootstrap_iters: int,
-    check_integrity: bool,
-    write_out: bool,
-    log_samples: bool,
-    evaluation_tracker: Any,
-    system_instruction: str | None,
-    apply_chat_template: bool | str,
-    fewshot_as_multiturn: bool,
-    gen_kwargs: str | dict | None,
-    task_manager: TaskManager | None,
-    verbosity: str | None,
-    predict_only: bool,
-    random_seed: int | None,
-    numpy_random_seed: int | None,
-    torch_random_seed: int | None,
-    fewshot_random_seed: int | None,
-    confirm_run_unsafe_code: bool,
-    metadata: dict | None,
-) -> dict[str, Any] | None:
+def add_timing(*results: dict[str, Any]) -> None:
+    """Writes the results' `timing` block, the current run's phase clock as of now, into each of
+    `results` (a results dict and its copies). The one writer of the block, called once by the
+    clock's owner at the run's end: `evaluate_run`, or the `jaxeval` command just before the
+    results JSON is made (the block then counts the writing of the files)."""
+    clock = phases.current()
+    if clock is None:
+        raise RuntimeError("the timing block needs a run's clock (phases.begin_run)")
+    block = clock.block()
+    for each in results:
+        each["timing"] = block
+
+
+def _simple_evaluate(config: RunConfig) -> dict[str, Any] | None:
     start = time.time()
-    if limit is not None and samples is not None:
-        raise JaxevalError("--limit and --samples cannot be used together", field="limit")
-    if not tasks:
-        raise JaxevalError("no tasks given", field="tasks", hint="pass --tasks NAME[,NAME...]")
-    if random_seed is not None:
-        random.seed(random_seed)
-    if numpy_random_seed is not None:
-        np.random.seed(numpy_random_seed)
+    if config.random_seed is not None:
+        random.seed(config.random_seed)
+    if config.numpy_random_seed is not None:
+        np.random.seed(config.numpy_random_seed)
+    gen_kwargs = config.gen_kwargs
     if isinstance(gen_kwargs, str):
         gen_kwargs = parse_model_args(gen_kwargs, "gen_kwargs") or None
-    preflight.warn_chat_model_without_template(model_args, apply_chat_template)
-    if task_manager is None:
-        meta = (
-            parse_model_args(model_args) if isinstance(model_args, str) else dict(model_args or {})
-        )
-        task_manager = TaskManager(metadata={**meta, **(metadata or {})})
+    preflight.warn_chat_model_without_template(config.model_args, config.apply_chat_template)
+    task_manager = _task_manager(config)
     clock = {"start": time.perf_counter()}
     with phases.phase("data"):
-        loaded = _load_tasks(task_manager, tasks)
-    for task in loaded.tasks.values():
-        if task.config.output_type == "generate_until" and gen_kwargs:
-            task.set_config(
-                generation_kwargs={**(task.config.generation_kwargs or {}), **gen_kwargs}
-            )
-        if predict_only:
-            task.override_metric("bypass")
-        if num_fewshot is not None:
-            if task.config.num_fewshot == 0:
-                log.info("num_fewshot is pinned to 0 for %s; ignoring --num_fewshot", task.name)
-            else:
-                task.set_config(num_fewshot=num_fewshot)
-        elif task.config.num_fewshot is None:
-            task.set_config(num_fewshot=0)
-        task.set_fewshot_seed(fewshot_random_seed)
+        loaded = _load_tasks(task_manager, config.tasks)
+    _override_tasks(loaded, config, gen_kwargs)
     # Everything checkable without the model is checked before it loads (jaxeval/preflight.py).
     preflight.check_generation_kwargs(loaded.tasks)
     preflight.check_tasks(
-        loaded.tasks, limit=limit, samples=samples, fewshot_seed=fewshot_random_seed
+        loaded.tasks,
+        limit=config.limit,
+        samples=config.samples,
+        fewshot_seed=config.fewshot_random_seed,
     )
+    model, use_cache = config.model, config.use_cache
     store = None
     if use_cache is not None and _reports(model):
         store = ResponseStore(f"{use_cache}_rank{0 if isinstance(model, str) else model.rank}.db")
     clock["tasks"] = time.perf_counter()
     with phases.phase("model"):
-        lm = _make_lm(model, model_args, batch_size, max_batch_size, device)
+        lm = _make_lm(
+            model, config.model_args, config.batch_size, config.max_batch_size, config.device
+        )
     clock["model"] = time.perf_counter()
-    if delete_requests_cache and reports_results(lm):
+    if config.delete_requests_cache and reports_results(lm):
         request_cache.delete_all()
     if use_cache is not None:
         lm = response_cache(lm, store or f"{use_cache}_rank{lm.rank}.db")
     results = evaluate(
         lm,
         loaded,
-        limit=limit,
-        samples=samples,
-        cache_requests=cache_requests,
-        rewrite_requests_cache=rewrite_requests_cache,
-        bootstrap_iters=bootstrap_iters,
-        write_out=write_out,
-        log_samples=True if predict_only else log_samples,
-        system_instruction=system_instruction,
-        apply_chat_template=apply_chat_template,
-        fewshot_as_multiturn=fewshot_as_multiturn,
-        confirm_run_unsafe_code=confirm_run_unsafe_code,
+        limit=config.limit,
+        samples=config.samples,
+        cache_requests=config.cache_requests,
+        rewrite_requests_cache=config.rewrite_requests_cache,
+        bootstrap_iters=config.bootstrap_iters,
+        write_out=config.write_out,
+        log_samples=True if config.predict_only else config.log_samples,
+        system_instruction=config.system_instruction,
+        apply_chat_template=config.apply_chat_template,
+        fewshot_as_multiturn=config.fewshot_as_multiturn,
+        confirm_run_unsafe_code=config.confirm_run_unsafe_code,
     )
     if results is None:
         return None
     clock["evaluated"] = time.perf_counter()
     base = lm.lm if hasattr(lm, "lm") and not isinstance(lm, LM) else lm
-    results["config"] = {
-        "model": model if isinstance(model, str) else type(model).__name__,
-        "model_args": model_args,
-        **(base.model_info() if hasattr(base, "model_info") else {}),
-        "batch_size": batch_size,
-        "batch_sizes": list(getattr(base, "batch_sizes", {}).values())
-        if isinstance(getattr(base, "batch_sizes", None), dict)
-        else [],
-        "device": device,
-        "use_cache": use_cache,
-        "limit": limit,
-        "bootstrap_iters": bootstrap_iters,
-        "gen_kwargs": gen_kwargs,
-        "random_seed": random_seed,
-        "numpy_seed": numpy_random_seed,
-        "torch_seed": torch_random_seed,
-        "fewshot_seed": fewshot_random_seed,
-    }
+    results["config"] = _config_block(config, base, gen_kwargs)
     results["config"]["timing"] = _timing(clock, base)
     if use_cache is not None and hasattr(
         lm, "cache_stats"
@@ -445,4 +383,55 @@ def _simple_evaluate(
     return results
 
 
-_ARGS = frozenset(inspect.signature(_simple_evaluate).parameters)
+def _task_manager(config: RunConfig) -> TaskManager:
+    """The config's task manager, else one whose task metadata is the model's arguments and
+    `metadata` over them."""
+    if config.task_manager is not None:
+        return config.task_manager
+    model_args = config.model_args
+    meta = parse_model_args(model_args) if isinstance(model_args, str) else dict(model_args or {})
+    return TaskManager(metadata={**meta, **(config.metadata or {})})
+
+
+def _override_tasks(loaded: LoadedTasks, config: RunConfig, gen_kwargs: dict | None) -> None:
+    """The run's overrides of every task: generation arguments, `--predict_only`'s metric,
+    `--num_fewshot` (a task pinned to 0 keeps 0) and the few-shot seed."""
+    num_fewshot = config.num_fewshot
+    for task in loaded.tasks.values():
+        if task.config.output_type == "generate_until" and gen_kwargs:
+            task.set_config(
+                generation_kwargs={**(task.config.generation_kwargs or {}), **gen_kwargs}
+            )
+        if config.predict_only:
+            task.override_metric("bypass")
+        if num_fewshot is not None:
+            if task.config.num_fewshot == 0:
+                log.info("num_fewshot is pinned to 0 for %s; ignoring --num_fewshot", task.name)
+            else:
+                task.set_config(num_fewshot=num_fewshot)
+        elif task.config.num_fewshot is None:
+            task.set_config(num_fewshot=0)
+        task.set_fewshot_seed(config.fewshot_random_seed)
+
+
+def _config_block(config: RunConfig, base: Any, gen_kwargs: dict | None) -> dict[str, Any]:
+    """The results' `config` block: the run's arguments lm-eval records, and the model's own."""
+    model = config.model
+    return {
+        "model": model if isinstance(model, str) else type(model).__name__,
+        "model_args": config.model_args,
+        **(base.model_info() if hasattr(base, "model_info") else {}),
+        "batch_size": config.batch_size,
+        "batch_sizes": list(getattr(base, "batch_sizes", {}).values())
+        if isinstance(getattr(base, "batch_sizes", None), dict)
+        else [],
+        "device": config.device,
+        "use_cache": config.use_cache,
+        "limit": config.limit,
+        "bootstrap_iters": config.bootstrap_iters,
+        "gen_kwargs": gen_kwargs,
+        "random_seed": config.random_seed,
+        "numpy_seed": config.numpy_random_seed,
+        "torch_seed": config.torch_random_seed,
+        "fewshot_seed": config.fewshot_random_seed,
+    }

@@ -171,7 +171,8 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("jaxeval.results.files", "jaxeval.lm.args", "foundations"),
     ),
     "evaluator": (
-        ("jaxeval.evaluator", "jaxeval.preflight", "jaxeval.results.*", "jaxeval.run_info"),
+        ("jaxeval.evaluator", "jaxeval.preflight", "jaxeval.results.*", "jaxeval.run_info")
+        + ("jaxeval.run_config",),
         BELOW_EVALUATOR,
     ),
     "response cache": (
@@ -528,6 +529,7 @@ TOP_LEVEL = {
     "evaluator",
     "preflight",
     "run_info",
+    "run_config",
     "cache",
 }
 
@@ -535,3 +537,329 @@ TOP_LEVEL = {
 def test_the_top_level_holds_cross_cutting_modules_only():
     modules = {p.stem for p in (REPO / "jaxeval").glob("*.py")}
     assert modules <= TOP_LEVEL, sorted(modules - TOP_LEVEL)
+
+
+def any_aliases(source: str) -> list[str]:
+    """Module-level names bound to `Any` as a type (`XSpec = Any`, `XSpec: TypeAlias = Any`,
+    `type XSpec = Any`): a stand-in for a real type, usually to dodge an import cycle."""
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        elif isinstance(node, getattr(ast, "TypeAlias", ())):  # `type X = ...`, Python 3.12
+            target, value = node.name, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and ast.unparse(value) in ("Any", "typing.Any"):
+            found.append(target.id)
+    return found
+
+
+def test_any_aliases_are_found():
+    source = "from typing import Any\nMoESpec = Any\nT: TypeAlias = typing.Any\nx: Any = 1\n"
+    assert any_aliases(source) == ["MoESpec", "T"]
+    assert any_aliases("MoESpec = dict[str, Any]\ndef f(a: Any = None): ...\n") == []
+
+
+def test_no_type_is_an_alias_of_any():
+    """A spec (or any type) is its real class, imported where it is used; the import graph then
+    shows any cycle the alias hid."""
+    found = {
+        str(path.relative_to(REPO)): names
+        for path in _modules().values()
+        if (names := any_aliases(path.read_text()))
+    }
+    assert not found, found
+
+
+def all_imports(sources: dict[str, str]) -> dict[str, set[str]]:
+    """The modules each module of `sources` (module name -> source text) imports, those under
+    `if TYPE_CHECKING:` too (a cycle an annotation needs is a cycle of the design), named as
+    `import_graph` names them."""
+    edges: dict[str, set[str]] = {m: set() for m in sources}
+    for name, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                base = node.module
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in sources else base
+                    for a in node.names
+                ]
+            else:
+                continue
+            for target in targets:
+                while target and target not in sources:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges[name].add(target)
+    return edges
+
+
+def test_type_checking_cycles_are_found():
+    """The families' old pair: dense imports experts for an annotation (which `import_graph`
+    skips), experts imports dense."""
+    sources = {
+        "pkg.dense": "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.experts import Experts\n",
+        "pkg.experts": "from pkg.dense import Decoder\n",
+        "pkg.table": "import pkg.dense\n",
+    }
+    assert cycles(all_imports(sources)) == [["pkg.dense", "pkg.experts"]]
+    assert cycles(all_imports({**sources, "pkg.dense": "import typing\n"})) == []
+
+
+def test_no_import_cycles_even_for_annotations():
+    """No import cycle, counting the imports under `if TYPE_CHECKING:` too (the families' dense
+    and MoE builders once imported each other, one of them for `Decoder.experts`' annotation)."""
+    found = cycles(all_imports({m: p.read_text() for m, p in _modules().items()}))
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+# the cache side of the attention seam: the backends, the reference, the slot and token splits,
+# the device kernels and their callers take the KV cache as one `KVCache`
+CACHE_SIDE = (
+    "jaxeval/models/attention",
+    "jaxeval/ops/attention",
+    "jaxeval/models/decoder.py",
+    "jaxeval/kernels",
+)
+CACHE_PIECES = {"k_cache", "v_cache", "slot_valid", "slot_positions"}
+
+
+def cache_piece_parameters(source: str) -> list[str]:
+    """`line: function(parameter)` for every function, method, nested function and lambda that
+    takes a piece of the KV cache (`CACHE_PIECES`) as a parameter of its own."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+                if arg.arg in CACHE_PIECES:
+                    out.append(f"{node.lineno}: {getattr(node, 'name', 'lambda')}({arg.arg})")
+    return out
+
+
+def test_cache_piece_parameters_are_found():
+    code = (
+        "def cache_state(q, k_cache, v_cache, layer, slot_valid, slot_positions, index): ...\n"
+        "class B:\n"
+        "    def write_slots(self, cache, k, v, index, *, mesh=None): ...\n"
+        "f = lambda q, *, slot_valid: q\n"
+    )
+    assert cache_piece_parameters(code) == [
+        "1: cache_state(k_cache)",
+        "1: cache_state(v_cache)",
+        "1: cache_state(slot_valid)",
+        "1: cache_state(slot_positions)",
+        "4: lambda(slot_valid)",
+    ]
+
+
+def test_no_backend_takes_the_cache_in_pieces():
+    """Every attention backend, the reference, the splits and the device kernels take the KV
+    cache as one `KVCache` (k, v and the slots' bookkeeping together), never as loose arrays."""
+    found = {
+        str(path.relative_to(REPO)): names
+        for path in _modules().values()
+        if str(path.relative_to(REPO)).startswith(CACHE_SIDE)
+        and (names := cache_piece_parameters(path.read_text()))
+    }
+    assert not found, found
+
+
+# the mesh's one home: the `Runtime`; the backends are handed it per call. The per-call splits
+# (`sequence.Split`, `slots.SlotSplit`) are values the runtime's mesh gives, never held.
+MESH_HOLDERS = {"Runtime", "Split", "SlotSplit"}
+BACKEND_HOMES = ("jaxeval/models/runtime.py", "jaxeval/models/attention", "jaxeval/models/experts")
+
+
+def mesh_fields(source: str) -> list[str]:
+    """The classes of `source` with a field (an annotated name in the class body) called `mesh`."""
+    return [
+        node.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef)
+        and any(
+            isinstance(item, ast.AnnAssign) and ast.unparse(item.target) == "mesh"
+            for item in node.body
+        )
+    ]
+
+
+def test_mesh_fields_are_found():
+    code = (
+        "@dataclass\nclass Runtime:\n    mesh: Mesh | None = None\n"
+        "@dataclass\nclass TpuAttention:\n    name: str = 'tpu'\n    mesh: Any = None\n"
+        "class XlaAttention:\n    def f(self, mesh=None):\n        mesh: int = 1\n"
+    )
+    assert mesh_fields(code) == ["Runtime", "TpuAttention"]
+
+
+def test_only_the_runtime_holds_the_mesh():
+    """No backend (attention or experts) keeps a mesh of its own beside the `Runtime`'s."""
+    found = {
+        str(path.relative_to(REPO)): names
+        for path in _modules().values()
+        if str(path.relative_to(REPO)).startswith(BACKEND_HOMES)
+        and (names := sorted(set(mesh_fields(path.read_text())) - MESH_HOLDERS))
+    }
+    assert not found, found
+
+
+# one run setup, one schedule: `jaxeval plan` runs the run's own code (`lm.setup.run_setup`,
+# `lm.dry_run.DryRunLM`: `JaxLM`'s request methods) and counts the engine's typed calls
+# (`lm.generate.calls`); nothing in plan/ is a second model adapter or a copy of the keys
+ENGINE_KINDS = {"init", "prefix", "admit", "decode", "peek", "shrink"}
+
+
+def planner_restatements(source: str) -> list[str]:
+    """`line: what` for each class of `source` that is an LM (a base named LM or JaxLM, or the
+    request methods), each tuple literal that starts with an engine call's kind, and each slice
+    of a `.detail` (an executable key unpacked by position)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            bases = {ast.unparse(b).rpartition(".")[2] for b in node.bases}
+            methods = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+            if bases & {"LM", "JaxLM"} or {"loglikelihood", "generate_until"} <= methods:
+                out.append(f"{node.lineno}: class {node.name} is an LM")
+        elif isinstance(node, ast.Tuple) and node.elts:
+            first = node.elts[0]
+            if isinstance(first, ast.Constant) and first.value in ENGINE_KINDS:
+                out.append(f"{node.lineno}: key {ast.unparse(node)}")
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("detail"):
+            out.append(f"{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_planner_restatements_are_found():
+    code = (
+        "class RequestRecorder(LM):\n    pass\n"
+        "class Fake:\n    def loglikelihood(self): ...\n    def generate_until(self): ...\n"
+        "key = ('decode', rows, slots)\n"
+        "u, r = use.detail[4:]\n"
+        "ok = ('score', 1)\n"
+    )
+    assert planner_restatements(code) == [
+        "1: class RequestRecorder is an LM",
+        "3: class Fake is an LM",
+        "6: key ('decode', rows, slots)",
+        "7: use.detail[4:]",
+    ]
+
+
+def test_the_planner_defines_no_lm_and_restates_no_engine_key():
+    """`jaxeval plan` calls the run's setup and counts the engine's own calls; the engine's
+    executable keys are typed values (`lm.generate.calls`), never tuples spelled by kind."""
+    found = {}
+    for path in _modules().values():
+        rel = str(path.relative_to(REPO))
+        found_here = planner_restatements(path.read_text())
+        if not rel.startswith("jaxeval/plan/"):  # elsewhere only the keys count
+            found_here = [f for f in found_here if " key " in f]
+        if found_here:
+            found[rel] = found_here
+    assert not found, found
+
+
+def parameter_count_rules(source: str) -> list[str]:
+    """The functions of `source` that count parameters (`param_count`, `active_param_count`) and
+    take the embedding and head out (`tie_embeddings`) themselves."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            text = ast.unparse(node)
+            if re.search(r"\bparam_count\(", text) and "tie_embeddings" in text:
+                out.append(f"{node.lineno}: {node.name}")
+    return out
+
+
+def test_parameter_count_rules_are_found():
+    code = (
+        "def body(spec):\n"
+        "    embed = spec.vocab_size * spec.hidden_size\n"
+        "    return spec.param_count() - embed - (0 if spec.tie_embeddings else embed)\n"
+        "def fine(spec):\n    return spec.body_param_count()\n"
+    )
+    assert parameter_count_rules(code) == ["1: body"]
+
+
+def test_the_parameter_count_has_one_definition():
+    """Parameters outside the embedding and the head are `ModelSpec.body_param_count` (every
+    expert, or K of X routed experts with `active`); the point cost, the plan's FLOPs and the
+    decoder's weight-traffic rule all call it."""
+    found = {
+        str(path.relative_to(REPO)): names
+        for path in _modules().values()
+        if (names := parameter_count_rules(path.read_text()))
+    }
+    assert set(found) == {"jaxeval/models/spec.py"}, found
+
+
+def model_type_branches(source: str) -> list[str]:
+    """`isinstance(x, ModelSpec)` in `source` (a tuple of accepted types, the check of what a
+    caller handed over, is not a branch on the kind of model)."""
+    return [
+        f"{node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and ast.unparse(node.func) == "isinstance"
+        and len(node.args) == 2
+        and ast.unparse(node.args[1]).rpartition(".")[2] == "ModelSpec"
+    ]
+
+
+def test_model_type_branches_are_found():
+    code = "a = isinstance(spec, ModelSpec)\nb = isinstance(m, (ModelSpec, FunctionModel))\n"
+    assert model_type_branches(code) == ["1: isinstance(spec, ModelSpec)"]
+
+
+def test_what_a_model_can_do_is_declared_not_inferred_from_its_type():
+    """Outside the models package the run reads `contract.Capabilities` (`capabilities_of`),
+    never whether the model is a `ModelSpec`."""
+    found = {
+        str(path.relative_to(REPO)): names
+        for name, path in _modules().items()
+        if not name.startswith("jaxeval.models")
+        and (names := model_type_branches(path.read_text()))
+    }
+    assert not found, found
+
+
+def test_the_readme_layout_lists_every_package():
+    """README's Layout table names every package of jaxeval/ (a new one is added there too)."""
+    text = (REPO / "README.md").read_text()
+    table = text[text.index("## Layout") :]
+    table = table[: table.index("\n\n", table.index("| path |"))]
+    listed = set(re.findall(r"`jaxeval/(\w+)/`", table))
+    packages = {p.parent.name for p in (REPO / "jaxeval").glob("*/__init__.py")}
+    assert packages - listed == set(), f"add to README's Layout table: {sorted(packages - listed)}"
+
+
+def outside_citations(text: str, repo: pathlib.Path) -> list[str]:
+    """Paths a document cites that the repository does not hold: any `../` path, and any
+    backticked path with a folder that is neither under the repository nor under jaxeval/."""
+    out = sorted(set(re.findall(r"\.\./[\w./-]+", text)))
+    for cited in sorted(set(re.findall(r"`([\w.-]+(?:/[\w.-]+)+)`", text))):
+        if cited.startswith(".."):
+            continue
+        if "." in cited.rpartition("/")[2] and not any(
+            (base / cited).exists() for base in (repo, repo / "jaxeval")
+        ):
+            out.append(cited)
+    return out
+
+
+def test_outside_citations_are_found(tmp_path):
+    (tmp_path / "jaxeval" / "lm").mkdir(parents=True)
+    (tmp_path / "jaxeval" / "lm" / "setup.py").write_text("")
+    text = "See `lm/setup.py`, `jaxeval/lm/setup.py`, `../shared/DESIGN.md` and `lm/gone.py`."
+    assert outside_citations(text, tmp_path) == ["../shared/DESIGN.md", "lm/gone.py"]
+
+
+def test_the_architecture_page_cites_only_the_repository():
+    assert outside_citations((REPO / "docs" / "architecture.md").read_text(), REPO) == []

@@ -4,7 +4,7 @@ On a TPU slice an fsdp layer's matmul (rows over the 8 chips, the weight's rows 
 too) compiles as all-gather + one matmul, not as XLA's windowed einsum (a loop of partial matmuls
 with collective permutes); the options reach the compiler through `Executables`, for the planner
 and a run alike, and an instance's own options still go on top. CPU jobs get none. libtpu is a
-test dependency (as for tests/test_tpu_plan.py).
+test dependency (as for tests/plan/test_tpu_plan.py).
 """
 
 from __future__ import annotations

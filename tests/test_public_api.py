@@ -39,6 +39,13 @@ PUBLIC = {
     ],
     "jaxeval.filters": ["FILTERS", "FilterEnsemble", "build_filter_ensemble"],
     "jaxeval.models": ["load_model", "LoadedModel", "ModelSpec", "SUPPORTED_MODEL_TYPES"],
+    "jaxeval.models.experts": [
+        "MoESpec",
+        "moe_block",
+        "ExpertBackend",
+        "select_experts",
+        "ExpertParallel",
+    ],
     "jaxeval.kernels": ["score", "ScoreBatch", "generate", "GenerateBatch"],
     "jaxeval.lm.base": ["LM", "MODELS"],
     "jaxeval.report": ["load_runs", "compare_runs", "write_report", "mcnemar_exact", "paired_t"],

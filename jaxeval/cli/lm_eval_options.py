@@ -7,7 +7,9 @@ and that docs/cli.md shows (`markdown_table()` writes it; a test keeps the two e
 
 An accepted option takes lm-eval's forms: lists space- or comma-separated (`--tasks a b`,
 `--tasks a,b`), dict options as `k=v` words, comma-separated `k=v`, or one JSON object. A refused
-option still parses, so the error names it and says what to use instead (`refusal`).
+option still parses, so the error names it and says what to use instead (`refusal`). An accepted
+`run` option reaches the evaluator as the `jaxeval.run_config.RunConfig` field of its name, or is
+one of the command's own (`jaxeval.cli.run_args.COMMAND_OPTIONS`; `tests/test_run_config.py`).
 """
 
 from __future__ import annotations

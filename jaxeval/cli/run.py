@@ -15,12 +15,12 @@ tracker flag), so bad input fails in seconds, before the model loads.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import sys
 import time
-from contextlib import ExitStack
 from typing import Any
 
 from jaxeval.cli.base import Subcommand
@@ -34,15 +34,18 @@ from jaxeval.cli.run_args import (
     WordArgs,
     batch_size_value,
     bool_value,
+    cache_request_fields,
     check_values,
     dict_arg,
     limit_value,
     model_args_text,
     parse_run_args,
+    seed_fields,
     seed_values,
 )
 from jaxeval.cli.validate import validate_tasks
 from jaxeval.errors import JaxevalError
+from jaxeval.run_config import RunConfig
 
 
 def _parse_samples(text: Any) -> dict[str, list[int]] | None:
@@ -171,16 +174,55 @@ class RunCommand(Subcommand):
 
     def _execute(self, args: argparse.Namespace, clock: Any) -> int:
         # start-up: each subcommand loads only what it runs (`jaxeval --help` needs none of these)
-        from jaxeval.api.task_manager import TaskManager
-        from jaxeval.evaluator import simple_evaluate
-        from jaxeval.lm.args import parse_model_args
-        from jaxeval.platform import distributed, phases
-        from jaxeval.preflight import check_output_path
-        from jaxeval.results.files import make_table, model_name, save_results
-        from jaxeval.trackers.run_loggers import RunLoggers
+        from jaxeval.evaluator import evaluate_run
 
-        setup = ExitStack()  # the checks before the run count as start-up
-        setup.enter_context(phases.phase("startup"))
+        prepared = _prepare(args)
+        start = time.time()
+        # the options named as run arguments pass as given; these are computed from the options
+        config = RunConfig.from_cli(
+            args,
+            model_args=prepared.model_args,
+            tasks=prepared.tasks,
+            samples=prepared.samples,
+            fewshot_as_multiturn=prepared.fewshot_as_multiturn,
+            gen_kwargs=prepared.gen_kwargs,
+            task_manager=prepared.task_manager,
+            metadata=prepared.metadata,
+            **seed_fields(args.seed),
+            **cache_request_fields(args.cache_requests),
+        )
+        results = evaluate_run(config)
+        if results is None:  # another process of a multi-process run reports
+            return 0
+        _report(args, prepared, results, start=start, clock=clock)
+        return 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Prepared:
+    """What `jaxeval run` derives from its options before the run (every check passed)."""
+
+    model_args: str
+    tasks: list[str]
+    metadata: dict[str, Any] | None
+    gen_kwargs: dict[str, Any] | None
+    samples: dict[str, list[int]] | None
+    fewshot_as_multiturn: bool
+    task_manager: Any
+    loggers: Any  # the trackers (W&B, Hub), started on the main process only
+
+
+def _prepare(args: argparse.Namespace) -> _Prepared:
+    """Every check that needs no model (module docstring), counted as start-up; the trackers
+    started and the tasks indexed."""
+    # start-up: each subcommand loads only what it runs (`jaxeval --help` needs none of these)
+    from jaxeval.api.task_manager import TaskManager
+    from jaxeval.lm.args import parse_model_args
+    from jaxeval.platform import distributed, phases
+    from jaxeval.preflight import check_output_path
+    from jaxeval.trackers.run_loggers import RunLoggers
+
+    with phases.phase("startup"):
         refusal("run", vars(args))
         check_values(args)
         model_args = model_args_text(args.model_args)
@@ -197,23 +239,7 @@ class RunCommand(Subcommand):
         check_device(args.device)
         if args.verbosity:
             logging.getLogger().setLevel(str(args.verbosity).upper())
-        if not args.tasks:
-            raise JaxevalError(
-                "no tasks given", field="tasks", hint="pass --tasks, or run `jaxeval ls tasks`"
-            )
-        if args.predict_only:
-            args.log_samples = True
-        if args.log_samples and not args.output_path:
-            raise JaxevalError(
-                "--log_samples (and --predict_only) need --output_path", field="output_path"
-            )
-        if args.fewshot_as_multiturn and not args.apply_chat_template:
-            raise JaxevalError(
-                "--fewshot_as_multiturn needs --apply_chat_template", field="fewshot_as_multiturn"
-            )
-        fewshot_as_multiturn = args.fewshot_as_multiturn
-        if fewshot_as_multiturn is None:
-            fewshot_as_multiturn = bool(args.apply_chat_template)
+        fewshot_as_multiturn = _check_run_flags(args)
         if args.trust_remote_code:
             os.environ["HF_DATASETS_TRUST_REMOTE_CODE"] = "1"
             model_args = _add_model_arg(model_args, "trust_remote_code", True)
@@ -245,64 +271,89 @@ class RunCommand(Subcommand):
         tm = TaskManager(args.include_path, metadata=meta, data_dir=args.data_dir)
         if args.check_integrity and main_process:
             validate_tasks(tm, task_list)
-        setup.close()
-        start = time.time()
-        passed = ("model", "num_fewshot", "batch_size", "max_batch_size", "device")
-        passed += ("use_cache", "limit", "bootstrap_iters", "write_out", "log_samples")
-        passed += ("system_instruction", "apply_chat_template", "predict_only")
-        passed += ("confirm_run_unsafe_code",)
-        seeds = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed")
-        results = simple_evaluate(
-            **{name: getattr(args, name) for name in passed},
-            **dict(zip(seeds, args.seed or (None,) * 4)),
-            model_args=model_args,
-            tasks=task_list,
-            cache_requests=args.cache_requests in ("true", "refresh", "delete"),
-            rewrite_requests_cache=args.cache_requests == "refresh",
-            delete_requests_cache=args.cache_requests == "delete",
-            samples=samples,
-            fewshot_as_multiturn=fewshot_as_multiturn,
-            gen_kwargs=gen_kwargs,
-            task_manager=tm,
-            metadata=metadata,
-        )
-        if results is None:  # another process of a multi-process run reports
-            return 0
-        if args.show_config:
-            shown = {k: v for k, v in results.items() if k != "samples"}
-            print(json.dumps(shown, indent=2, default=str, ensure_ascii=False))
-        print(  # the table first: a failed save still leaves the scores on screen
-            f"{args.model} ({model_args}), gen_kwargs: ({gen_kwargs}), limit: {args.limit}, "
-            f"num_fewshot: {args.num_fewshot}, batch_size: {args.batch_size}"
-        )
-        print(make_table(results))
-        if "groups" in results:
-            print(make_table(results, "groups"))
-        path = None
+    return _Prepared(
+        model_args=model_args,
+        tasks=task_list,
+        metadata=metadata,
+        gen_kwargs=gen_kwargs,
+        samples=samples,
+        fewshot_as_multiturn=fewshot_as_multiturn,
+        task_manager=tm,
+        loggers=loggers,
+    )
 
-        def finish(results: dict) -> None:  # the timing block, made just before the JSON
-            results["timing"] = clock.block()
 
-        if args.output_path:
-            with phases.phase("write"):
-                path = save_results(
-                    results,
-                    args.output_path,
-                    model_args=model_args,
-                    model_source=args.model,
-                    system_instruction=args.system_instruction,
-                    fewshot_as_multiturn=fewshot_as_multiturn if args.apply_chat_template else None,
-                    start_time=start,
-                    finish=finish,
-                )
-            print(f"Results written to {path}")
-        else:
-            finish(results)
-        if loggers is not None:
-            with phases.phase("write"):
-                loggers.finish(results, path, model_name(model_args))
-        print(phases.summary_line(clock.block()), file=sys.stderr)
-        return 0
+def _check_run_flags(args: argparse.Namespace) -> bool:
+    """The flags that go together (tasks, `--log_samples` with `--output_path`,
+    `--fewshot_as_multiturn` with `--apply_chat_template`); the resolved `fewshot_as_multiturn`
+    (default: with a chat template)."""
+    if not args.tasks:
+        raise JaxevalError(
+            "no tasks given", field="tasks", hint="pass --tasks, or run `jaxeval ls tasks`"
+        )
+    if args.predict_only:
+        args.log_samples = True
+    if args.log_samples and not args.output_path:
+        raise JaxevalError(
+            "--log_samples (and --predict_only) need --output_path", field="output_path"
+        )
+    if args.fewshot_as_multiturn and not args.apply_chat_template:
+        raise JaxevalError(
+            "--fewshot_as_multiturn needs --apply_chat_template", field="fewshot_as_multiturn"
+        )
+    if args.fewshot_as_multiturn is None:
+        return bool(args.apply_chat_template)
+    return bool(args.fewshot_as_multiturn)
+
+
+def _report(
+    args: argparse.Namespace, prepared: _Prepared, results: dict, *, start: float, clock: Any
+) -> None:
+    """The results on screen (the table first: a failed save still leaves the scores there),
+    then the results file and the trackers, each with the run's one timing block."""
+    # start-up: each subcommand loads only what it runs (`jaxeval --help` needs none of these)
+    from jaxeval.evaluator import add_timing
+    from jaxeval.platform import phases
+    from jaxeval.results.files import make_table, model_name, save_results
+
+    model_args, gen_kwargs = prepared.model_args, prepared.gen_kwargs
+    if args.show_config:  # the timing block as of now; the results' own is made at the end
+        shown = {k: v for k, v in results.items() if k != "samples"}
+        add_timing(shown)
+        print(json.dumps(shown, indent=2, default=str, ensure_ascii=False))
+    print(
+        f"{args.model} ({model_args}), gen_kwargs: ({gen_kwargs}), limit: {args.limit}, "
+        f"num_fewshot: {args.num_fewshot}, batch_size: {args.batch_size}"
+    )
+    print(make_table(results))
+    if "groups" in results:
+        print(make_table(results, "groups"))
+    path = None
+
+    def finish(saved: dict) -> None:  # the timing block, made just before the JSON
+        add_timing(saved, results)  # the same block for the loggers
+
+    if args.output_path:
+        with phases.phase("write"):
+            path = save_results(
+                results,
+                args.output_path,
+                model_args=model_args,
+                model_source=args.model,
+                system_instruction=args.system_instruction,
+                fewshot_as_multiturn=prepared.fewshot_as_multiturn
+                if args.apply_chat_template
+                else None,
+                start_time=start,
+                finish=finish,
+            )
+        print(f"Results written to {path}")
+    else:
+        add_timing(results)
+    if prepared.loggers is not None:
+        with phases.phase("write"):
+            prepared.loggers.finish(results, path, model_name(model_args))
+    print(phases.summary_line(clock.block()), file=sys.stderr)
 
 
 def _add_model_arg(model_args: str, key: str, value: Any) -> str:

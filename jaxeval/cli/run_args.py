@@ -12,7 +12,9 @@ value checked before a task or the model loads.
 options the command line gave: a `--config` YAML fills the others (lm-eval's precedence: command
 line, then YAML, then the defaults), its values typed as the command line's would be. A bad value,
 from either, is a `JaxevalError` naming the option; `check_values` checks the rest (`--limit`,
-`--seed`, `--verbosity`, `--compilation_cache`) so no traceback ever comes from a flag.
+`--seed`, `--verbosity`, `--compilation_cache`) so no traceback ever comes from a flag. The options
+named as run arguments fill `jaxeval.run_config.RunConfig` as given; `seed_fields` and
+`cache_request_fields` turn `--seed` and `--cache_requests` into theirs.
 """
 
 from __future__ import annotations
@@ -152,6 +154,34 @@ def seed_values(text: str) -> list[int | None]:
         log.warning("--seed has 3 values; the few-shot seed takes its default %d", DEFAULT_SEED[3])
         out.append(DEFAULT_SEED[3])
     return out
+
+
+# `jaxeval run`'s options that are not run arguments (`jaxeval.run_config.RunConfig`'s fields,
+# which the options of the same names fill): the command's own, and those it turns into run
+# arguments (`--seed`: `seed_fields`; `--include_path`, `--data_dir`: the task manager)
+COMMAND_OPTIONS = frozenset(
+    {"config", "output_path", "show_config", "include_path", "data_dir", "seed"}
+    | {"trust_remote_code", "compilation_cache", "distributed", "trackio_args"}
+    | {"wandb_args", "wandb_config_args", "hf_hub_log_args"}
+)
+SEED_FIELDS = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed")
+
+
+def seed_fields(seed: list[int | None] | None) -> dict[str, int | None]:
+    """`--seed`'s values as the run's four seed arguments (none given: all four unseeded).
+
+    seed_fields([0, 1234, 1234, 5]) -> {"random_seed": 0, ..., "fewshot_random_seed": 5}
+    """
+    return dict(zip(SEED_FIELDS, seed or (None,) * len(SEED_FIELDS)))
+
+
+def cache_request_fields(value: str | None) -> dict[str, bool]:
+    """`--cache_requests true|refresh|delete` as the run's three request-cache arguments."""
+    return {
+        "cache_requests": value in ("true", "refresh", "delete"),
+        "rewrite_requests_cache": value == "refresh",
+        "delete_requests_cache": value == "delete",
+    }
 
 
 def parse_run_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 
 from jaxeval.errors import JaxevalError
 from jaxeval.models.attention import packed_mask
-from jaxeval.models.contract import Hidden, Rows
+from jaxeval.models.contract import Capabilities, Hidden, Rows
 from jaxeval.shapes import Bool, Float, Int
 
 MASK_KINDS = ("segments", "padding")
@@ -175,6 +175,14 @@ class FunctionModel:
     def caches(self) -> bool:
         """Whether generation uses a user KV cache (False: recomputation, see the docstring)."""
         return self._init_cache is not None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A user KV cache when one is given; the model's own runtime, layout and cache index."""
+        return Capabilities(
+            kv_cache=self.caches,
+            per_row_cache_index=bool(getattr(self, "per_row_cache_index", False)),
+        )
 
     # ---- the kernels' contract ------------------------------------------------------------
     def hidden(

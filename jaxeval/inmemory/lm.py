@@ -35,6 +35,7 @@ from jaxeval.errors import JaxevalError
 from jaxeval.inmemory.function_model import FunctionModel
 from jaxeval.inmemory.point_scorer import PointScorer
 from jaxeval.lm.jax_lm import JaxLM
+from jaxeval.models.contract import capabilities_of
 from jaxeval.models.loader import LoadedModel
 from jaxeval.models.spec import ModelSpec
 from jaxeval.platform.mesh import put_global, single_device_mesh
@@ -140,7 +141,7 @@ class InMemoryLM(JaxLM):
                 hint="use JaxLM(pretrained=DIR) for a checkpoint",
             )
         tok = _load_tokenizer(tokenizer)
-        if max_length is None and isinstance(model, ModelSpec):
+        if max_length is None and capabilities_of(model).layout:
             max_length = model.max_position_embeddings
         if max_length is None and hf_config is None:
             raise JaxevalError(
@@ -307,15 +308,41 @@ class InMemoryLM(JaxLM):
         return params
 
     # ---- JaxLM overrides ------------------------------------------------------------------
-    def loglikelihood(self, requests: Any, disable_tqdm: bool = False) -> list:
-        return super().loglikelihood(requests, disable_tqdm or not self.progress)
+    def loglikelihood(
+        self,
+        requests: Any,
+        disable_tqdm: bool = False,
+        *,
+        known: dict[int, tuple[float, bool]] | None = None,
+        on_answers: Callable[[list[int], list[tuple[float, bool]]], None] | None = None,
+    ) -> list:
+        """`JaxLM.loglikelihood`, its bar shown only with `progress`."""
+        hide = disable_tqdm or not self.progress
+        return super().loglikelihood(requests, hide, known=known, on_answers=on_answers)
 
-    def loglikelihood_rolling(self, requests: Any, disable_tqdm: bool = False) -> list:
-        return super().loglikelihood_rolling(requests, disable_tqdm or not self.progress)
+    def loglikelihood_rolling(
+        self,
+        requests: Any,
+        disable_tqdm: bool = False,
+        *,
+        known: dict[int, float] | None = None,
+        on_answers: Callable[[list[int], list[float]], None] | None = None,
+    ) -> list:
+        """`JaxLM.loglikelihood_rolling`, its bar shown only with `progress`."""
+        hide = disable_tqdm or not self.progress
+        return super().loglikelihood_rolling(requests, hide, known=known, on_answers=on_answers)
 
-    def generate_until(self, requests: Any, disable_tqdm: bool = False) -> list[str]:
+    def generate_until(
+        self,
+        requests: Any,
+        disable_tqdm: bool = False,
+        *,
+        known: dict[int, str] | None = None,
+        on_answers: Callable[[list[int], list[str]], None] | None = None,
+    ) -> list[str]:
         """lm-eval's generate_until on this adapter's one `Generator` (`JaxLM.generation`)."""
-        return super().generate_until(requests, disable_tqdm or not self.progress)
+        hide = disable_tqdm or not self.progress
+        return super().generate_until(requests, hide, known=known, on_answers=on_answers)
 
     def fingerprint(self) -> str:
         """The response cache's key: `name` and `step` stand for the weights (there are no files to
@@ -336,7 +363,7 @@ class InMemoryLM(JaxLM):
         info["in_memory"] = {
             "name": self.name,
             "step": self.step,
-            "generation": "kv_cache" if isinstance(spec, ModelSpec) or spec.caches else "recompute",
+            "generation": "kv_cache" if capabilities_of(spec).kv_cache else "recompute",
             "packing": self.packing,
         }
         if self.generator is not None:

@@ -135,8 +135,7 @@ def _constrain(state: EngineState, runtime: Runtime) -> EngineState:
     state = jax.tree.unflatten(tree, out)
     split = cache_split(state.cache, runtime)
     if split is not None:  # (the rows' constraint above is none: they do not divide)
-        k, v = split.constrain(state.cache.k, state.cache.v)
-        state = state._replace(cache=state.cache._replace(k=k, v=v))
+        state = state._replace(cache=split.constrain(state.cache))
     return state
 
 
@@ -147,7 +146,7 @@ def _kernel_layouts(state: EngineState) -> EngineState:
     state's own layout (XLA:TPU lays out values [.., C, E] with C minor when E < 128) is then
     converted once on entry and once on exit. Unpinned, libtpu 0.0.50 carries the entry layout
     through the loop and copies the values into the kernel's layout on every step (576 MB a step
-    at SmolLM2's shapes on a v5e-8 instead of 342 MB: `tests/test_tpu_plan.py`); libtpu 0.0.42
+    at SmolLM2's shapes on a v5e-8 instead of 342 MB: `tests/plan/test_tpu_plan.py`); libtpu 0.0.42
     moved that copy out of the loop itself. Elsewhere row-major is the default: nothing changes."""
     cache = state.cache
     k, v = (
@@ -265,10 +264,9 @@ def _install(
     r = dst.shape[0]
     start = jnp.asarray(batch.start, jnp.int32)
     if split is not None:
-        k, v = split.install(
-            cache.k, cache.v, k_new, v_new, dst, src, start, (prefix.k, prefix.v),
-            chunk=0 if order is None else order.chunk,
-        )  # fmt: skip
+        cache = split.install(
+            cache, k_new, v_new, dst, src, start, prefix, chunk=0 if order is None else order.chunk
+        )
         flags = []
         for buf, pre, new in (
             (cache.valid, prefix.valid, valid),
@@ -279,7 +277,7 @@ def _install(
             rows = dst[:, None]
             slots = (start + jnp.arange(p, dtype=jnp.int32))[None, :]
             flags.append(buf.at[rows, slots].set(new[src].astype(buf.dtype), mode="drop"))
-        return KVCache(k=k, v=v, valid=flags[0], positions=flags[1])
+        return cache._replace(valid=flags[0], positions=flags[1])
     if sp:  # every admitted row gets the prefix's slots [0, S')
 
         def put_prefix(buf, pre, row, slot):

@@ -23,7 +23,6 @@ devices, each process runs the same plan, and only `is_main_process` (process 0)
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,24 +33,25 @@ from jax.sharding import Mesh
 
 from jaxeval.cache import fingerprint_of
 from jaxeval.errors import JaxevalError
+from jaxeval.lm.answers import on_scored_documents, on_scored_pairs
 from jaxeval.lm.base import LM, MODELS
-from jaxeval.lm.encoding import Encoder, resolve_max_length, rolling_windows, truncate_request
+from jaxeval.lm.encoding import rolling_windows, truncate_request
 from jaxeval.lm.fingerprint import answer_identity, files_identity
 from jaxeval.lm.generate.generator import Generator
 from jaxeval.lm.generate.plan import request_pairs
 from jaxeval.lm.model_config import JaxLMConfig
 from jaxeval.lm.non_finite import non_finite_error, request_where
 from jaxeval.lm.progress import TokenProgress
-from jaxeval.lm.score.buckets import BucketSet, parse_buckets
-from jaxeval.lm.score.budget import auto_token_budget
+from jaxeval.lm.score.buckets import BucketSet
+from jaxeval.lm.score.budget import device_free_bytes
 from jaxeval.lm.score.planner import ScorePlan, plan_score_batches
-from jaxeval.lm.score.scorer import Scorer, skipped
-from jaxeval.lm.score.shaping import POINT_COST, point_cost_of
+from jaxeval.lm.score.scorer import BatchAnswers, Scorer, skipped
+from jaxeval.lm.setup import RunSetup, run_setup, run_tokenizer
 from jaxeval.models import LoadedModel, load_model
+from jaxeval.models.contract import capabilities_of
 from jaxeval.models.runtime import make_runtime
-from jaxeval.models.spec import ModelSpec
 from jaxeval.platform import compile_cache, phases
-from jaxeval.platform.mesh import batch_shards, make_mesh, spans_all_processes
+from jaxeval.platform.mesh import make_mesh, spans_all_processes
 
 _SUMMED_STATS = ("requests", "real_tokens", "computed_tokens", "batches", "compilations")
 _SUMMED_STATS += ("computed_points", "cache_hits", "compile_s", "plan_s", "run_s")
@@ -73,35 +73,15 @@ def truncate_all(encoded: Sequence[tuple[Sequence[int], Sequence[int]]], max_len
     return out
 
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
-
-
-def check_tokenizer_files(where: Any) -> None:
-    """A local checkpoint directory must hold a tokenizer; transformers would otherwise try to
-    convert a slow tokenizer and ask for sentencepiece, which misleads."""
-    if not isinstance(where, str) or not os.path.isdir(where):
-        return
-    names = os.listdir(where)
-    if not any(n in _TOKENIZER_FILES or n.endswith(".tiktoken") for n in names):
-        raise JaxevalError(
-            f"no tokenizer files in the directory (looked for {', '.join(_TOKENIZER_FILES)})",
-            file=where,
-            field="tokenizer",
-            hint="copy the model's tokenizer files beside its weights, or pass tokenizer=DIR in "
-            "--model_args",
-        )
-
-
 class JaxLM(LM):
-    """A JAX model behind lm-eval's three request methods (generation: issue #5)."""
+    """A JAX model behind lm-eval's three request methods (generation: issue #5).
 
-    # Set by the response cache (`jaxeval.cache`) around one request-method call: receives
-    # (positions in that call's request list, their answers) as each kernel batch finishes.
-    answer_hook: Callable[[list[int], list[Any]], None] | None = None
-    # Set by the response cache of a resumed run (one process): {position: stored answer}. The
-    # whole call is planned as before and only batches holding an unknown request run, so the
-    # recomputed batches are the very batches of the interrupted run (same values, bit for bit).
-    known_answers: dict[int, Any] | None = None
+    Each request method also takes the response cache's (`jaxeval.cache`) two keywords:
+    `known` = {position in the request list: stored answer}, returned as given (scoring: the
+    whole call is planned as before and only batches holding an unknown request run, so a
+    resumed run recomputes the very batches of the interrupted one, bit for bit), and
+    `on_answers(positions, answers)`, called as answers are computed (after each kernel batch).
+    """
 
     def __init__(self, pretrained: Any = None, *, config: JaxLMConfig | None = None, **kwargs: Any):
         """`JaxLM(pretrained=..., **model_args)` or `JaxLM(config=JaxLMConfig(...))`; the arguments
@@ -114,35 +94,21 @@ class JaxLM(LM):
         self.compilation_cache = compile_cache.enable(config.compilation_cache)
         loaded, self.mesh = self._load(config)
         self.loaded = self._with_runtime(loaded, self.mesh, config.attention, config.experts)
-        self._tokenizer = self._make_tokenizer(config, self.loaded.path)
-        self.encoder = Encoder(
-            self._tokenizer,
-            add_bos_token=config.add_bos_token,
-            prefix_token_id=config.prefix_token_id,
+        self._tokenizer = run_tokenizer(
+            config, path=self.loaded.path, gguf_file=self.loaded.gguf_file
         )
-        self._max_length = (
-            int(config.max_length)
-            if config.max_length
-            else resolve_max_length(self.loaded.hf_config, self._tokenizer)
+        # what the run decides before any request: the same function `jaxeval plan` calls
+        self.setup = run_setup(
+            config,
+            spec=self.loaded.spec,
+            hf_config=self.loaded.hf_config,
+            path=self.loaded.path,
+            tokenizer=self._tokenizer,
+            mesh=self.mesh,
+            free_bytes=device_free_bytes(self.mesh),
+            params=self.loaded.params,
         )
-        self.batch_size = config.batch_size
-        self.max_batch_size = int(config.max_batch_size)
-        self.gen_config = config.gen_config
-        token_budget = config.token_budget
-        if token_budget is None:  # the same for N, auto and auto:N (see the module docstring)
-            token_budget = auto_token_budget(
-                self.loaded.spec, self.mesh, self._max_length, self.max_batch_size
-            )
-        self.token_budget = int(token_budget)
-        self.buckets: BucketSet = parse_buckets(
-            config.buckets,
-            max_length=self._max_length,
-            token_budget=self.token_budget,
-            row_multiple=batch_shards(self.mesh),
-        )
-        self.packing = bool(config.packing)
-        self.shared_context = bool(config.shared_context)
-        self.point_cost = self._point_cost(self.loaded)
+        self._adopt(self.setup)
         self.scorer = Scorer(
             model=self.loaded.spec,
             params=self.loaded.params,
@@ -151,23 +117,27 @@ class JaxLM(LM):
             buckets=self.buckets,
             vocab_chunk=config.vocab_chunk,
         )
+
+    def _adopt(self, setup: RunSetup) -> None:
+        """What the request methods read, from the run's setup (`DryRunLM` starts here too)."""
+        self.setup, config = setup, setup.config
+        self._tokenizer = setup.tokenizer
+        self.encoder = setup.encoder
+        self._max_length = setup.max_length
+        self.batch_size = config.batch_size
+        self.max_batch_size = int(config.max_batch_size)
+        self.gen_config = config.gen_config
+        self.token_budget = setup.token_budget
+        self.buckets: BucketSet = setup.buckets
+        self.packing = bool(config.packing)
+        self.shared_context = bool(config.shared_context)
+        self.point_cost = setup.point_cost
         self.generator: Generator | None = None  # built by the first generate_until, then kept
         self.last_plan: ScorePlan | None = None
         self.stats: dict[str, float] = {}  # the last scoring call
         self.first_scored_at: float | None = None  # perf_counter() when the first batch came back
         self.first_dispatched_at: float | None = None  # ... when it was handed to the device
         self.totals: dict[str, float] = {}  # every scoring call so far (reported in model_info)
-
-    @staticmethod
-    def _point_cost(loaded: LoadedModel) -> float:
-        """A score point's cost in row tokens for this model (`shaping.point_cost_of`), which the
-        planner weighs padding points by; the default for a model that is not one of ours."""
-        spec = loaded.spec
-        if not isinstance(spec, ModelSpec):
-            return POINT_COST
-        embed = spec.vocab_size * spec.hidden_size
-        body = spec.param_count(loaded.params) - embed - (0 if spec.tie_embeddings else embed)
-        return point_cost_of(spec.hidden_size, spec.vocab_size, body)
 
     @staticmethod
     def _load(config: JaxLMConfig) -> tuple[LoadedModel, Mesh]:
@@ -203,47 +173,14 @@ class JaxLM(LM):
         loaded: LoadedModel, mesh: Mesh, attention: str | None, experts: str | None
     ) -> LoadedModel:
         """The model with its runtime for `mesh` (`runtime.make_runtime`: the attention and expert
-        backends, chosen once here, static in every executable's key); another model than our
-        decoders runs on the reference runtime of its mesh."""
-        if not isinstance(loaded.spec, ModelSpec):
+        backends, chosen once here, static in every executable's key); a model that does not run
+        on the backends (`contract.Capabilities`) runs on the reference runtime of its mesh."""
+        if not capabilities_of(loaded.spec).backends:
             return loaded
         runtime = make_runtime(mesh, attention, experts)
         if runtime == loaded.runtime:
             return loaded
         return dataclasses.replace(loaded, runtime=runtime)
-
-    def _make_tokenizer(self, config: JaxLMConfig, path: str) -> Any:
-        tokenizer, revision, add_bos_token = config.tokenizer, config.revision, config.add_bos_token
-        if tokenizer is not None and not isinstance(tokenizer, str):
-            return tokenizer
-        if tokenizer is None and self.loaded.gguf_file:
-            # start-up: the gguf package and transformers' GGUF tables load only for a .gguf file
-            from jaxeval.models.weights.gguf import load_tokenizer
-            from jaxeval.models.weights.gguf_file import GGUFFile
-
-            overrides = {} if add_bos_token is None else {"add_bos_token": add_bos_token}
-            return load_tokenizer(GGUFFile(self.loaded.gguf_file), **overrides)
-        from transformers import AutoTokenizer
-
-        kwargs: dict[str, Any] = {
-            "trust_remote_code": config.trust_remote_code,
-            "use_fast": config.use_fast_tokenizer,
-        }
-        if revision and not os.path.isdir(tokenizer or path):
-            kwargs["revision"] = revision
-        if add_bos_token is not None:
-            kwargs["add_bos_token"] = add_bos_token
-        where = tokenizer or path
-        check_tokenizer_files(where)
-        try:
-            return AutoTokenizer.from_pretrained(where, **kwargs)
-        except (OSError, ValueError) as e:
-            raise JaxevalError(
-                f"the tokenizer could not be loaded: {str(e).strip().splitlines()[0]}",
-                file=str(where),
-                field="tokenizer",
-                hint="give a directory holding the model's tokenizer files (tokenizer=DIR)",
-            ) from None
 
     # ---- lm-eval's properties -----------------------------------------------------------
     @property
@@ -310,7 +247,7 @@ class JaxLM(LM):
 
     def model_info(self) -> dict[str, Any]:
         spec, runtime = self.loaded.spec, self.loaded.runtime
-        ours = isinstance(spec, ModelSpec)  # another model runs its own way
+        ours = capabilities_of(spec).backends  # another model runs its own way
         return {
             "model_type": spec.model_type,
             "model_num_parameters": int(spec.param_count(self.loaded.params)),
@@ -327,47 +264,61 @@ class JaxLM(LM):
 
     # ---- requests -------------------------------------------------------------------------
     def loglikelihood(
-        self, requests: Sequence[Any], disable_tqdm: bool = False
+        self,
+        requests: Sequence[Any],
+        disable_tqdm: bool = False,
+        *,
+        known: dict[int, tuple[float, bool]] | None = None,
+        on_answers: Callable[[list[int], list[tuple[float, bool]]], None] | None = None,
     ) -> list[tuple[float, bool]]:
+        """(context, continuation) per request -> (logprob, is_greedy) per request, in order;
+        `known` and `on_answers` as in the class docstring."""
         pairs = [tuple(req.args[:2]) for req in requests]
         with phases.phase("tokenize"):
             encoded = self.encoder.encode_requests(pairs)
-        hook = self.answer_hook
         ll, greedy = self.loglikelihood_tokens(
             encoded,
             disable_tqdm=disable_tqdm,
             desc="loglikelihood",
-            known=self.known_answers,
-            on_answers=None
-            if hook is None
-            else lambda idx, a, b: hook(idx.tolist(), [(float(x), bool(y)) for x, y in zip(a, b)]),
+            known=known,
+            on_scored=None if on_answers is None else on_scored_pairs(on_answers),
             describe=lambda i: request_where(requests[i]),
         )
         return [(float(a), bool(b)) for a, b in zip(ll, greedy)]
 
     def loglikelihood_rolling(
-        self, requests: Sequence[Any], disable_tqdm: bool = False
+        self,
+        requests: Sequence[Any],
+        disable_tqdm: bool = False,
+        *,
+        known: dict[int, float] | None = None,
+        on_answers: Callable[[list[int], list[float]], None] | None = None,
     ) -> list[float]:
+        """(text,) per request -> its summed logprob over the rolling windows, in order; `known`
+        and `on_answers` as in the class docstring (`on_answers` gets a document once the last of
+        its windows is scored)."""
         texts = [req.args[0] for req in requests]
         windows: list[tuple[list[int], list[int]]] = []
-        owner: list[int] = []
+        owner: list[int] = []  # per window, its document
+        first: list[int] = []  # per document, its first window
         with phases.phase("tokenize"):
             documents = self.encoder.tok_encode_many(texts)
         for i, ids in enumerate(documents):
             w = self._rolling(ids)
+            first.append(len(windows))
             windows.extend(w)
             owner.extend([i] * len(w))
-        known = self.known_answers or {}
+        known = known or {}
         ll, _ = self.loglikelihood_tokens(
             windows,
             disable_tqdm=disable_tqdm,
             desc="loglikelihood_rolling",
-            on_answers=self._rolling_hook(owner),
+            on_scored=None if on_answers is None else on_scored_documents(on_answers, owner),
             known={w: (0.0, False) for w, doc in enumerate(owner) if doc in known} or None,
             describe=lambda w: {
                 **request_where(requests[owner[w]]),
                 "request": owner[w],
-                "window": w - owner.index(owner[w]),  # among the document's windows
+                "window": w - first[owner[w]],  # among the document's windows
             },
         )
         totals = [0.0] * len(texts)
@@ -386,14 +337,15 @@ class JaxLM(LM):
         *,
         disable_tqdm: bool = False,
         desc: str = "scoring",
-        on_answers: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+        on_scored: Callable[[BatchAnswers], None] | None = None,
         known: dict[int, tuple[float, bool]] | None = None,
         describe: Callable[[int], dict[str, Any]] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Token-level entry: `(ctx_enc, cont_enc)` pairs -> (loglik float32[R], is_greedy bool[R]).
         `known` answers are returned as given; batches holding only known requests do not run.
-        A non-finite answer is an error naming the first such request (`describe(i)`: its task,
-        document and request index)."""
+        `on_scored` gets each batch that ran as its answers arrive. A non-finite answer is an
+        error naming the first such request (`describe(i)`: its task, document and request
+        index)."""
         if not encoded:
             return np.zeros(0, np.float32), np.zeros(0, bool)
         for i, (_, cont) in enumerate(encoded):
@@ -423,24 +375,21 @@ class JaxLM(LM):
             compiles=sum(b not in self.scorer.executables for b in {b.bucket for b in to_run}),
             disable=disable_tqdm or not self.is_main_process,
         )
-        done = {"first": 0.0}
-
-        def on_batch(n_requests: int, tokens: int) -> None:
-            done["first"] = done["first"] or time.perf_counter() - start
-            self.first_scored_at = self.first_scored_at or time.perf_counter()
-            bar.batch_done(requests=n_requests, tokens=tokens)
-
-        def on_dispatch() -> None:
-            self.first_dispatched_at = self.first_dispatched_at or time.perf_counter()
-
+        first_batch_s = 0.0
+        ll = np.full(len(encoded), np.nan, np.float32)
+        greedy = np.zeros(len(encoded), bool)
         with phases.phase("dispatch"):
-            ll, greedy = self.scorer.run_plan(
-                plan,
-                on_batch=on_batch,
-                on_answers=on_answers,
-                skip=skip,
-                on_dispatch=on_dispatch,
-            )
+            for answers in self.scorer.run_plan(plan, skip=skip):
+                ll[answers.indices] = answers.loglik
+                greedy[answers.indices] = answers.greedy
+                if answers.ran:
+                    arrived = time.perf_counter()
+                    first_batch_s = first_batch_s or arrived - start
+                    self.first_scored_at = self.first_scored_at or arrived
+                    self.first_dispatched_at = self.first_dispatched_at or answers.dispatched_at
+                    if on_scored is not None:
+                        on_scored(answers)
+                bar.batch_done(requests=int(answers.indices.size), tokens=answers.real_tokens)
         phases.count("scored_tokens", sum(b.real_tokens for b in to_run))
         for i, (value, is_greedy) in (known or {}).items():
             ll[i], greedy[i] = value, is_greedy
@@ -451,7 +400,7 @@ class JaxLM(LM):
         self.stats = {
             "requests": len(encoded),
             "plan_s": planned - start,
-            "first_batch_s": done["first"],  # from the call's start to the first batch's results
+            "first_batch_s": first_batch_s,  # from the call's start to the first batch's results
             "run_s": end - planned,  # compiles the run loop waited for included
             "real_tokens": plan.real_tokens,
             "computed_tokens": plan.computed_tokens,
@@ -473,7 +422,7 @@ class JaxLM(LM):
 
     def _check_token_ids(self, encoded: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
         """Every token id must index the model's embedding table (found before any compute)."""
-        vocab = int(getattr(self.loaded.spec, "vocab_size", 0) or 0)
+        vocab = int(getattr(self.setup.spec, "vocab_size", 0) or 0)
         if not vocab:
             return
         for i, (ctx, cont) in enumerate(encoded):
@@ -510,36 +459,6 @@ class JaxLM(LM):
             },
         )
 
-    def _rolling_hook(self, owner: list[int]) -> Callable | None:
-        """Per-window answers -> each document's total (summed in window order, as the call does)
-        handed to `answer_hook` as soon as the last of its windows is scored."""
-        hook = self.answer_hook
-        if hook is None:
-            return None
-        windows_of: dict[int, list[int]] = {}
-        for w, doc in enumerate(owner):
-            windows_of.setdefault(doc, []).append(w)
-        left = {doc: len(ws) for doc, ws in windows_of.items()}
-        values: dict[int, float] = {}
-
-        def on_answers(idx: np.ndarray, ll: np.ndarray, _greedy: np.ndarray) -> None:
-            done = []
-            for w, value in zip(idx.tolist(), ll):
-                values[w] = float(value)
-                left[owner[w]] -= 1
-                if left[owner[w]] == 0:
-                    done.append(owner[w])
-            totals = []
-            for doc in done:
-                total = 0.0
-                for w in windows_of[doc]:
-                    total += values[w]
-                totals.append(total)
-            if done:
-                hook(done, totals)
-
-        return on_answers
-
     def generation(self) -> Generator:
         """This adapter's one `Generator` (built on first use, then kept with its executables)."""
         if self.generator is None:
@@ -552,15 +471,31 @@ class JaxLM(LM):
             )
         return self.generator
 
-    def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
-        """lm-eval's generate_until on the JAX decode kernels (`jaxeval.lm.generate.generator`)."""
-        pairs, same = request_pairs(requests)
-        return self.generation().generate_until(
+    def generate_until(
+        self,
+        requests: Sequence[Any],
+        disable_tqdm: bool = False,
+        *,
+        known: dict[int, str] | None = None,
+        on_answers: Callable[[list[int], list[str]], None] | None = None,
+    ) -> list[str]:
+        """lm-eval's generate_until on the JAX decode kernels (`jaxeval.lm.generate.generator`);
+        `known` texts are returned as given and only the other requests are generated."""
+        known = known or {}
+        todo = [i for i in range(len(requests)) if i not in known]
+        pairs, same = request_pairs([requests[i] for i in todo])
+        texts = self.generation().generate_until(
             pairs,
             same=same,
             disable_tqdm=disable_tqdm or not self.is_main_process,
-            on_answers=self.answer_hook,
+            on_answers=None
+            if on_answers is None
+            else lambda done, answers: on_answers([todo[p] for p in done], answers),
         )
+        out = [known.get(i, "") for i in range(len(requests))]
+        for i, text in zip(todo, texts):
+            out[i] = text
+        return out
 
 
 def _register() -> None:

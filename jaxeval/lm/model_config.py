@@ -27,6 +27,7 @@ IGNORED_HF_ARGS = (
     "offload_folder",
 )
 GEN_MIN_BATCH = 64  # generation rows per batch when lm-eval's batch_size N is smaller
+MAX_BATCH_SIZE = 64  # `max_batch_size`'s default (lm-eval's), which caps the token budget
 # `--model_args` names of `GenConfig`'s fields (`generation`): name -> field
 GEN_ARGS = {
     "gen_batch_size": "batch_size",
@@ -68,7 +69,7 @@ class JaxLMConfig:
     already loaded `jaxeval.models.LoadedModel`; `mesh` a preset name or a `jax.sharding.Mesh`;
     `tokenizer` a directory or a tokenizer object; `attention` the attention backend (None: the
     `JAXEVAL_ATTENTION` variable, else `auto`: `jaxeval.models.attention`); `experts` the
-    Mixture-of-Experts backend (None: `JAXEVAL_MOE`, else `auto`: `jaxeval.models.moe`); `generation`
+    Mixture-of-Experts backend (None: `JAXEVAL_MOE`, else `auto`: `models.experts`); `generation`
     the generation settings (`GenConfig`; from `--model_args` through `GEN_ARGS`'s names);
     `cache_hash_weights` identifies the weights by a sha256 of their bytes in the response cache's
     fingerprint, instead of size and mtime (`jaxeval.lm.fingerprint`).
@@ -79,7 +80,7 @@ class JaxLMConfig:
     pretrained: Any
     dtype: str = "auto"
     batch_size: int | str = 1
-    max_batch_size: int = 64
+    max_batch_size: int = MAX_BATCH_SIZE
     max_length: int | None = None
     add_bos_token: bool | None = None
     prefix_token_id: int | None = None

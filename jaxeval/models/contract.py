@@ -53,6 +53,39 @@ ROW_AXES = KVCache(k=1, v=1, valid=0, positions=0)  # where each field keeps its
 SLOT_AXES = KVCache(k=4, v=3, valid=1, positions=1)  # ... and its C slots
 
 
+class Capabilities(NamedTuple):
+    """What a model declares beyond the contract's methods, as a class attribute
+    `capabilities = Capabilities(...)` (`capabilities_of` reads it; a model that declares nothing
+    has none of them). Everything the run decides from the kind of model reads these, never the
+    model's type.
+
+    backends             its layers run on the `Runtime`'s attention and expert backends (our
+                         decoders); without it the model runs its own way on its mesh's reference
+                         runtime
+    kv_cache             generation writes and reads a KV cache (`init_cache`, `forward_cached`);
+                         without it each step recomputes the sequence
+    per_row_cache_index  `forward_cached` also takes int32[B], one cache index per row: the
+                         continuous engine (`jaxeval.lm.generate.engine`) can refill rows
+    layout               parameters in jaxeval's layout (`param_layout`): the spec counts them
+                         (`body_param_count`, for the scoring planner's point cost) and knows its
+                         context (`max_position_embeddings`)
+    """
+
+    backends: bool = False
+    kv_cache: bool = False
+    per_row_cache_index: bool = False
+    layout: bool = False
+
+
+def capabilities_of(model: Any) -> Capabilities:
+    """`model.capabilities`; for a model that declares none, the older class flag
+    `per_row_cache_index = True` alone."""
+    declared = getattr(model, "capabilities", None)
+    if isinstance(declared, Capabilities):
+        return declared
+    return Capabilities(per_row_cache_index=bool(getattr(model, "per_row_cache_index", False)))
+
+
 Rows = Int["B T"]  # one int32 per token of each packed row
 Hidden = Float["B T D"]
 
@@ -111,7 +144,7 @@ class DecoderModel(Protocol):
     ) -> tuple[Hidden, Any]:
         """Writes T tokens at cache slots [index, index + T) and returns their hidden states;
         query t sees slot j iff valid[j] and j <= index + t. `index` is int32[] (all rows); a model
-        whose class sets `per_row_cache_index = True` (our `ModelSpec` does, by type) also takes
+        that declares `Capabilities(per_row_cache_index=True)` (our `ModelSpec` does) also takes
         int32[B], one slot per row, and then gets continuous batching (`jaxeval.lm.generate.engine`)."""
         ...
 

@@ -30,8 +30,8 @@ import numpy as np
 from jaxeval.models import attention as attn
 from jaxeval.models.attention.sequence import sequence_split
 from jaxeval.models.contract import KVCache
+from jaxeval.models.experts import moe_block
 from jaxeval.models.layers import HIGHEST, mlp, norm
-from jaxeval.models.moe import moe_block
 from jaxeval.models.rope import dynamic_inv_freq, rope_cos_sin
 from jaxeval.models.runtime import REFERENCE, Runtime
 from jaxeval.platform.mesh import constrain_rows, constrain_rows_on_data, fsdp_splits
@@ -133,7 +133,9 @@ def _block(spec, runtime: Runtime, p, x, *, cos, sin, attend_fn, latent=False):
 
     def feed_forward(h):
         if "moe" in p:  # the experts (a stack of MoE layers), else the dense MLP
-            return moe_block(p["moe"], h, moe=spec.moe, backend=runtime.experts)
+            return moe_block(
+                p["moe"], h, moe=spec.moe, backend=runtime.experts, mesh=runtime.rows_mesh
+            )
         return mlp(p["mlp"], h, kind=spec.mlp, activation=spec.activation)
 
     if spec.residual == "parallel":  # GPT-NeoX: x + attn(ln1 x) + mlp(ln2 x)
@@ -227,6 +229,7 @@ def hidden(
                 out = backend.packed(
                     q, k, v, attn.Mask(segment, parent, positions, window),
                     scale=consts["scale"], softcap=spec.attn_softcap, block=block, init=init,
+                    mesh=runtime.rows_mesh,
                 )  # fmt: skip
                 return out, None
             allowed = base
@@ -260,8 +263,7 @@ def weights_stay(spec, runtime: Runtime, tokens: int) -> bool:
     """
     if not fsdp_splits(runtime.rows_mesh):
         return False
-    embed = spec.vocab_size * spec.hidden_size * (1 if spec.tie_embeddings else 2)
-    layer = (spec.param_count() - embed) / spec.num_layers * jnp.dtype(spec.compute_dtype).itemsize
+    layer = spec.body_param_count() / spec.num_layers * jnp.dtype(spec.compute_dtype).itemsize
     d, e = spec.hidden_size, spec.head_dim
     f = spec.intermediate_size
     if spec.moe is not None:
@@ -271,11 +273,12 @@ def weights_stay(spec, runtime: Runtime, tokens: int) -> bool:
 
 
 def _cached_layers(
-    spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index, new_valid=None,
-    slot_split=None, keys_in_device_order=False,
+    spec, runtime, params, x, positions, cache, index, new_valid=None, slot_split=None,
+    keys_in_device_order=False,
 ):  # fmt: skip
-    """The layer scan of `forward_cached` and `forward_new`: each layer attends over its cache
-    slots before `index` (the backend's `cache_state`), then over this call's own keys (densely,
+    """The layer scan of `forward_cached` and `forward_new`: each layer attends over its `cache`
+    slots (`KVCache`, its valid flags and positions already holding this call's) before `index`
+    (the backend's `cache_state`), then over this call's own keys (densely,
     or the backend's `packed` on a long prefill): `attention.cache_attend`'s steps, composed with
     the runtime's backend. Returns the hidden states before the final norm and every layer's new
     keys/values [L, B, T, G, E]. `slot_split`: the cache's slots split over the batch devices
@@ -309,28 +312,27 @@ def _cached_layers(
                 q, k, v = (pin(a, runtime.rows_mesh) for a in (q, k, v))
             window = consts["window"] if windowed else None
             scale, softcap, sinks = consts["scale"], spec.attn_softcap, p["attn"].get("sinks")
-            read = backend.cache_state
+            read = functools.partial(backend.cache_state, mesh=runtime.rows_mesh)
             if slot_split is not None:
                 read = functools.partial(slot_split.cache_state, backend)
             state = read(
-                q, cache.k, cache.v, layer, slot_valid, slot_pos, q_positions, index,
-                window=window, scale=scale, softcap=softcap,
-            )  # fmt: skip
+                q, cache, layer, q_positions, index, window=window, scale=scale, softcap=softcap
+            )
             if sinks is not None:
                 state = attn.fold_sinks(state, sinks)
             # (the mask in token order; the keys cast in whatever order they are)
             k_new, v_new, own = attn.new_keys(
-                q, k, v, cache.k, cache.v, slot_valid, positions, index,
-                window=window, new_valid=new_valid,
-            )  # fmt: skip
+                q, k, v, cache, positions, index, window=window, new_valid=new_valid
+            )
             if split is not None:  # each device its own queries against every key
                 out = split.attend(
                     backend, q, k_new, v_new, own, scale=scale, softcap=softcap, init=state
                 )
             elif new_block:  # a long prefill: its own keys block by block, from the cache's state
                 out = backend.packed(
-                    q, k_new, v_new, own, scale=scale, softcap=softcap, block=new_block, init=state
-                )
+                    q, k_new, v_new, own, scale=scale, softcap=softcap, block=new_block,
+                    init=state, mesh=runtime.rows_mesh,
+                )  # fmt: skip
             else:
                 out = attn.attend_new_keys(
                     q, k_new, v_new, own, state, scale=scale, softcap=softcap
@@ -382,8 +384,8 @@ def forward_new(
     """
     x = embed(spec, params, tokens, positions)
     x, k, v = _cached_layers(
-        spec, runtime, params, x, positions, prefix, prefix.valid, prefix.positions, start,
-        new_valid=valid.astype(bool), keys_in_device_order=split_keys,
+        spec, runtime, params, x, positions, prefix, start, new_valid=valid.astype(bool),
+        keys_in_device_order=split_keys,
     )  # fmt: skip
     return norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps), k, v
 
@@ -443,20 +445,19 @@ def forward_cached(
         slot_pos = jax.lax.dynamic_update_slice(
             cache.positions, positions.astype(jnp.int32), (zero, index)
         )
+    # the flags hold this call's slots now; its keys and values are written after the layers
+    cache = cache._replace(valid=slot_valid, positions=slot_pos)
     # an engine of fewer rows than batch devices: each row's slots split over them
     split = None
     if per_row:
         split = runtime.slots_split(rows=b, slots=cache.valid.shape[1])
-    x, k, v = _cached_layers(
-        spec, runtime, params, x, positions, cache, slot_valid, slot_pos, index,
-        slot_split=split,
-    )  # fmt: skip
+    x, k, v = _cached_layers(spec, runtime, params, x, positions, cache, index, slot_split=split)
     if split is not None:  # each device writes the slots it holds
-        k_all, v_all = split.write_slots(runtime.attention, cache.k, cache.v, k, v, index)
+        cache = split.write_slots(runtime.attention, cache, k, v, index)
     else:  # the backend's cache write (the reference: one scatter, or one `dynamic_update_slice`)
-        k_all, v_all = runtime.attention.write_slots(cache.k, cache.v, k, v, index)
+        cache = runtime.attention.write_slots(cache, k, v, index, mesh=runtime.rows_mesh)
     x = norm(params["final_norm"], x, kind=spec.norm, eps=spec.norm_eps)
-    return x, KVCache(k=k_all, v=v_all, valid=slot_valid, positions=slot_pos)
+    return x, cache
 
 
 def head_weight(spec, params: dict[str, Any]) -> Float["V D"]:

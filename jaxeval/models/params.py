@@ -13,7 +13,7 @@ leading L axis so the decoder scans over layers:
                  q_norm, k_norm {scale [L, E]} (per head) or {scale [L, H|G, E]} (per_head, heads)
     layers/mlp   up [L, D, F]  gate [L, D, F] (gated)  down [L, F, D]  up_bias, gate_bias [L, F]  down_bias [L, D]
                  sinks [L, H] (gpt-oss attention sinks)
-    layers/moe   the experts instead of the MLP (`moe.moe_param_layout`)
+    layers/moe   the experts instead of the MLP (`experts.moe_param_layout`)
     layers/attn  MLA's latent projections instead of q, k, v (`mla.mla_param_layout`)
     dense_layers the first `spec.dense_layers` layers of an MoE model, with `mlp` (same keys)
 """
@@ -26,8 +26,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxeval.models.experts import moe_param_layout
 from jaxeval.models.mla import mla_param_layout
-from jaxeval.models.moe import moe_param_layout
 from jaxeval.models.param_info import ParamInfo, is_info
 
 __all__ = ["ParamInfo", "abstract_params", "init_params", "is_info", "param_count", "param_layout"]

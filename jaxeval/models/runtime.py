@@ -22,6 +22,10 @@ read from the environment while a function is traced.
                    layers' FLOPs exactly (`jaxeval.plan`; XLA's cost analysis counts a loop's
                    body once)
 
+The mesh has this one home: no backend holds one. The decoder hands it to each backend call that
+may shard (`mesh=runtime.rows_mesh`: the TPU kernels' `shard_map`, expert parallelism); a
+device's share of a split call gets none.
+
 `REFERENCE` (no mesh, XLA's attention loops, the blocked experts) is what a call without a runtime
 gets: the tests' reference and a model traced outside any run.
 """

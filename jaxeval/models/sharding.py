@@ -19,7 +19,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxeval.models.contract import KVCache
-from jaxeval.models.expert_parallel import EXPERT_AXES, expert_axes
+from jaxeval.models.experts import EXPERT_AXES, expert_axes
 from jaxeval.models.params import is_info, param_layout
 from jaxeval.platform.mesh import rows_axis
 
@@ -31,7 +31,7 @@ LOGICAL_AXIS_RULES: dict[str, str | None] = {
     "head_dim": None,
     "mlp": "model",
     # Mixture of Experts: whole experts per device over fsdp and model (expert parallelism,
-    # `expert_parallel.expert_axes` picks the axes), else each expert's features split over model
+    # `experts.expert_axes` picks the axes), else each expert's features split over model
     "experts": EXPERT_AXES,
     "expert_mlp": "model",
     "lora": None,  # MLA's latent features: small, each device holds them all

@@ -23,17 +23,17 @@ Per-layer tuples (`sliding_window`, `attn_scale`, `rope`) have exactly `num_laye
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 
 from jaxeval.models import decoder
 from jaxeval.models import mla as mla_lib
 from jaxeval.models import params as params_lib
-from jaxeval.models.contract import KVCache
+from jaxeval.models.contract import Capabilities, KVCache
+from jaxeval.models.experts import MoESpec
 from jaxeval.models.layers import ACTIVATIONS, MLP_KINDS, NORM_KINDS
 from jaxeval.models.mla import MLASpec
-from jaxeval.models.moe import MoESpec
 from jaxeval.models.rope import DynamicRope, LayerRope
 
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
@@ -44,6 +44,10 @@ RESIDUAL_KINDS = ("sequential", "parallel", "parallel_shared", "post_norm")
 class ModelSpec:
     """The static description of a decoder-only LM (dimension names of `jaxeval.shapes` in comments)."""
 
+    # what the run may rely on (`contract.Capabilities`); a class attribute, not a field
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        backends=True, kv_cache=True, per_row_cache_index=True, layout=True
+    )
     model_type: str
     vocab_size: int  # V
     hidden_size: int  # D
@@ -82,7 +86,7 @@ class ModelSpec:
     final_softcap: float | None = None
     embed_scale: float | None = None  # Gemma: sqrt(D)
     compute_dtype: str = "float32"
-    # Mixture of Experts (`jaxeval.models.moe`): the feed-forward of every layer after the first
+    # Mixture of Experts (`jaxeval.models.experts`): the feed-forward of every layer after the first
     # `dense_layers` (DeepSeek / GLM-4.5 `first_k_dense_replace`), which keep the dense MLP
     moe: MoESpec | None = None
     dense_layers: int = 0
@@ -168,3 +172,22 @@ class ModelSpec:
     def param_count(self, params: Any = None) -> int:
         """Parameters in `params`, or in this spec's layout when `params` is None."""
         return params_lib.param_count(self.abstract_params() if params is None else params)
+
+    def active_param_count(self, params: Any = None) -> int:
+        """Parameters one token multiplies by: all of them, except that a Mixture of Experts'
+        routed experts count K of X (every expert is still resident: `param_count` is what
+        memory holds)."""
+        total = self.param_count(params)
+        if self.moe is None:
+            return total
+        m = self.moe
+        routed = (self.num_layers - self.dense_layers) * m.num_experts * 3 * self.hidden_size
+        routed *= m.expert_size
+        return total - routed + routed * m.top_k // m.num_experts
+
+    def body_param_count(self, params: Any = None, *, active: bool = False) -> int:
+        """Parameters outside the embedding table and the LM head (the one definition of the
+        non-embedding count): every expert, or with `active` the routed experts K of X."""
+        total = self.active_param_count(params) if active else self.param_count(params)
+        embed = self.vocab_size * self.hidden_size
+        return total - embed - (0 if self.tie_embeddings else embed)

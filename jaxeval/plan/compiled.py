@@ -34,7 +34,7 @@ chunk is a loop of decode steps: its figures are per step (`step_costs`), and wh
 per call, outside the steps, is shown apart.
 
 Scoring shapes: the bucket grid a run builds (`lm.score.buckets.fitted_buckets`) for the token
-budget the run would pick on this chip (`lm.score.budget.token_budget_for`: half the allowed HBM left after the
+budget the run would pick on this chip (`lm.score.budget.run_token_budget`: half the allowed HBM left after the
 parameters), at the lengths given (`--lengths`, default 2,048 and the model's context), each with
 the fewest score points (loglikelihood) and the most (rolling perplexity). Generation: one engine of
 `--gen_slots` cache slots and as many of 64 rows as the run's rule fits in the HBM left after the
@@ -52,8 +52,9 @@ from typing import Any
 
 from jaxeval.errors import JaxevalError
 from jaxeval.lm.generate.sizing import engine_rows
+from jaxeval.lm.model_config import MAX_BATCH_SIZE
 from jaxeval.lm.score.buckets import fitted_buckets
-from jaxeval.lm.score.budget import token_budget_for
+from jaxeval.lm.score.budget import run_token_budget
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.runtime import make_runtime
 from jaxeval.plan.costs import (
@@ -65,6 +66,7 @@ from jaxeval.plan.costs import (
 )
 from jaxeval.plan.figures import FigureCache
 from jaxeval.plan.jobs import (
+    Planned,
     generation_jobs,
     param_bytes_per_chip,
     score_buckets,
@@ -75,6 +77,78 @@ from jaxeval.plan.memory import DEFAULT_GEN_ROWS, read_config
 from jaxeval.plan.report import TopologyPlan, compiler_versions
 from jaxeval.plan.topology import get_topology
 from jaxeval.platform.mesh import batch_shards
+
+
+def generation_planned(
+    spec: Any,
+    mesh: Any,
+    topo: Any,
+    *,
+    free_bytes: int,
+    rows: int | None,
+    slots: int,
+    n_new: int,
+    progress: Any = None,
+) -> tuple[list[Planned], list[Compiled]]:
+    """The generation engine's jobs (`generation_jobs`) on `rows` rows (None: as many of
+    `DEFAULT_GEN_ROWS` as the run's rule fits in `free_bytes`), or, when no engine fits, no jobs
+    and a `Compiled` that says why, with the fix."""
+    try:
+        fit = engine_rows(
+            spec,
+            free_bytes=free_bytes,
+            shards=batch_shards(mesh),
+            slots=slots,
+            wanted=rows or DEFAULT_GEN_ROWS,
+            explicit=rows is not None,
+            what=f"generation on {topo.name}",
+        )
+    except JaxevalError as e:
+        refused = Compiled(
+            name=f"generation engine of {slots:,} slots", kind="decode", tokens=0,
+            useful_flops=0.0,
+            error=f"RESOURCE_EXHAUSTED before compiling, by the run's rule: {e.message}",
+        )  # fmt: skip
+        return [], [refused]
+    if progress is not None:
+        progress(f"generation engine: {fit.text()}")
+    prompt = max(16, slots - n_new)
+    return generation_jobs(spec, mesh, rows=fit.rows, slots=slots, n_new=n_new, prompt=prompt), []
+
+
+def compile_planned(
+    job: Planned,
+    spec: Any,
+    runtime: Any,
+    params: Any,
+    *,
+    mesh: Any,
+    dtype: str,
+    count_layers: bool,
+    cache: FigureCache | None,
+) -> Compiled:
+    """One planned job compiled for the slice, its FLOPs and bytes counted over every layer
+    (`layer_costs`, a decode job per step) unless `count_layers` is False; a counting error is
+    kept with its reason and the full compile still runs."""
+    cost, count_error = None, None
+    try:
+        if count_layers and job.steps is not None:
+            cost = step_costs(job.steps, spec, runtime, mesh, dtype, cache=cache)
+        elif count_layers:
+            build = job.count or job.build
+            cost = layer_costs(build, spec, runtime, mesh, dtype, cache=cache)
+    except Exception as e:
+        count_error = " ".join(f"{type(e).__name__}: {e}".split())
+    return compile_job(
+        job.build(spec, runtime, params),
+        name=job.name,
+        kind=job.kind,
+        tokens=job.tokens,
+        useful=job.useful / mesh.devices.size,
+        cost=cost,
+        count_error=count_error,
+        cache=cache,
+    )
 
 
 def plan_topology(
@@ -118,67 +192,31 @@ def plan_topology(
             token_budget=int(token_budget or 0), executables=(),
         )  # fmt: skip
     if token_budget is None:
-        token_budget = token_budget_for(
-            spec, topo.chip.allowed_hbm_bytes - per_chip, shards, max_length, max_batch_size=64
+        token_budget = run_token_budget(
+            spec, topo.chip.allowed_hbm_bytes - per_chip, shards, max_length, MAX_BATCH_SIZE
         )
     grid = fitted_buckets(max_length=max_length, token_budget=token_budget, row_multiple=shards)
     lengths = lengths or sorted({min(2048, max_length), max_length})
     planned = scoring_jobs(spec, mesh, grid, score_buckets(grid, lengths))
-    compiled = []
+    compiled: list[Compiled] = []
     if generation:
-        slots = min(gen_slots, max_length)
-        prompt = max(16, slots - gen_new)
-        try:
-            fit = engine_rows(
-                spec,
-                free_bytes=topo.chip.allowed_hbm_bytes - per_chip,
-                shards=shards,
-                slots=slots,
-                wanted=gen_rows or DEFAULT_GEN_ROWS,
-                explicit=gen_rows is not None,
-                what=f"generation on {topo.name}",
-            )
-        except JaxevalError as e:  # no engine fits: the plan says so, with the fix
-            compiled.append(
-                Compiled(
-                    name=f"generation engine of {slots:,} slots", kind="decode", tokens=0,
-                    useful_flops=0.0,
-                    error=f"RESOURCE_EXHAUSTED before compiling, by the run's rule: {e.message}",
-                )
-            )  # fmt: skip
-        else:
-            if progress is not None:
-                progress(f"generation engine: {fit.text()}")
-            planned += generation_jobs(
-                spec, mesh, rows=fit.rows, slots=slots, n_new=gen_new, prompt=prompt
-            )
+        jobs, refused = generation_planned(
+            spec, mesh, topo, free_bytes=topo.chip.allowed_hbm_bytes - per_chip,
+            rows=gen_rows, slots=min(gen_slots, max_length), n_new=gen_new, progress=progress,
+        )  # fmt: skip
+        planned += jobs
+        compiled += refused
     if keep is not None:
         planned = [job for job in planned if keep(job)]
-    chips = mesh.devices.size
     for job in planned:
         if progress is not None:
             progress(f"compiling {job.name} for {topo.name}")
-        cost, count_error = None, None
-        try:
-            if count_layers and job.steps is not None:
-                cost = step_costs(job.steps, spec, runtime, mesh, dtype, cache=cache)
-            elif count_layers:
-                build = job.count or job.build
-                cost = layer_costs(build, spec, runtime, mesh, dtype, cache=cache)
-        except Exception as e:  # kept with its reason; the full compile below still runs
-            count_error = " ".join(f"{type(e).__name__}: {e}".split())
         compiled.append(
-            compile_job(
-                job.build(spec, runtime, params),
-                name=job.name,
-                kind=job.kind,
-                tokens=job.tokens,
-                useful=job.useful / chips,
-                cost=cost,
-                count_error=count_error,
-                cache=cache,
+            compile_planned(
+                job, spec, runtime, params, mesh=mesh, dtype=dtype,
+                count_layers=count_layers, cache=cache,
             )
-        )
+        )  # fmt: skip
     return TopologyPlan(
         topology=topo,
         model_type=spec.model_type,

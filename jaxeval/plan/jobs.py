@@ -11,6 +11,7 @@ model FLOPs each is worth.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -18,26 +19,18 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxeval.kernels.generate import StopTable
-from jaxeval.lm.executables import Executables
-from jaxeval.lm.generate.engine import ContinuousEngine, EngineTarget
+from jaxeval.lm.executables import Executables, Job
+from jaxeval.lm.generate.calls import EngineKey
+from jaxeval.lm.generate.engine import ContinuousEngine, EngineTarget, engine_job
 from jaxeval.lm.generate.plan import prefill_bucket
 from jaxeval.lm.generate.sizing import ADMIT_TOKENS
 from jaxeval.lm.generate.stops import BUFFER_BYTES
 from jaxeval.lm.score.buckets import Bucket, BucketSet
 from jaxeval.lm.score.scorer import Scorer
 from jaxeval.models.attention import NO_WINDOW
-from jaxeval.plan.memory import active_param_count
 from jaxeval.plan.topology import Topology, topology_devices
 from jaxeval.platform.mesh import make_mesh, replicated
 from jaxeval.shapes import pow2_at_most
-
-
-def body_params(spec: Any) -> int:
-    """Parameters one token multiplies by outside the embedding and the LM head (a Mixture of
-    Experts' routed experts counted K of X)."""
-    embed = spec.vocab_size * spec.hidden_size
-    head = 0 if spec.tie_embeddings else embed
-    return active_param_count(spec) - embed - head
 
 
 def _layer_windows(spec: Any) -> list[int]:
@@ -65,7 +58,7 @@ def attention_flops(spec: Any, queries: int, keys_before: int) -> float:
 def score_useful_flops(spec: Any, bucket: Bucket) -> float:
     """A full bucket (every row one request of T tokens, K score points): body, head over the
     points, causal attention; all chips."""
-    body = 2 * body_params(spec) * bucket.rows * bucket.length
+    body = 2 * spec.body_param_count(active=True) * bucket.rows * bucket.length
     head = 2 * spec.hidden_size * spec.vocab_size * bucket.rows * bucket.points
     return body + head + bucket.rows * attention_flops(spec, bucket.length, 0)
 
@@ -73,7 +66,7 @@ def score_useful_flops(spec: Any, bucket: Bucket) -> float:
 def decode_useful_flops(spec: Any, rows: int, context: int) -> float:
     """One decode step of `rows` rows at `context` cached tokens each; all chips."""
     return rows * (
-        2 * body_params(spec) + 2 * spec.hidden_size * spec.vocab_size
+        2 * spec.body_param_count(active=True) + 2 * spec.hidden_size * spec.vocab_size
     ) + rows * attention_flops(spec, 1, context)
 
 
@@ -155,19 +148,28 @@ def scoring_jobs(spec: Any, mesh: Mesh, grid: BucketSet, buckets: list[Bucket]) 
     ]
 
 
-def abstract_engine(
-    sp: Any, rt: Any, pa: Any, *, rows: int, slots: int, n_new: int, sample: bool
-) -> ContinuousEngine:
-    """A `ContinuousEngine` on abstract parameters and stop table (what a run's engine compiles)."""
+def abstract_target(sp: Any, rt: Any, pa: Any) -> EngineTarget:
+    """An `EngineTarget` of abstract parameters and stop table (what a run's engine compiles on)."""
     full = replicated(rt.mesh)
     table = StopTable(
         bytes=jax.ShapeDtypeStruct((sp.vocab_size, BUFFER_BYTES), np.int16, sharding=full),
         lengths=jax.ShapeDtypeStruct((sp.vocab_size,), np.int32, sharding=full),
     )
-    target = EngineTarget(
-        spec=sp, runtime=rt, params=pa, stop_table=table, executables=Executables()
-    )
+    return EngineTarget(spec=sp, runtime=rt, params=pa, stop_table=table, executables=Executables())
+
+
+def abstract_engine(
+    sp: Any, rt: Any, pa: Any, *, rows: int, slots: int, n_new: int, sample: bool
+) -> ContinuousEngine:
+    """A `ContinuousEngine` on an `abstract_target`."""
+    target = abstract_target(sp, rt, pa)
     return ContinuousEngine(target, rows=rows, slots=slots, n_new=n_new, sample=sample)
+
+
+def engine_builder(key: EngineKey) -> Callable[[Any, Any, Any], Job]:
+    """build(spec, runtime, params) -> the run's own job for the engine call `key`
+    (`engine.engine_job` on an `abstract_target`), for any layer count."""
+    return lambda sp, rt, pa: engine_job(abstract_target(sp, rt, pa), key)
 
 
 def generation_jobs(
@@ -192,7 +194,7 @@ def generation_jobs(
         return lambda sp, rt, pa: engine(sp, rt, pa).decode_job(n)
 
     head = 2 * spec.hidden_size * spec.vocab_size
-    prefill = admitted * (2 * body_params(spec) * width + head)
+    prefill = admitted * (2 * spec.body_param_count(active=True) * width + head)
     prefill += admitted * attention_flops(spec, width, 0)
     return [
         Planned(

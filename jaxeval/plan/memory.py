@@ -41,6 +41,8 @@ from jax.sharding import AbstractMesh, PartitionSpec
 from jaxeval.errors import JaxevalError
 from jaxeval.kernels.score import fast_vocab_chunk
 from jaxeval.lm.args import parse_model_args
+from jaxeval.lm.model_config import MAX_BATCH_SIZE
+from jaxeval.lm.score.budget import run_token_budget
 from jaxeval.models.decoder import attention_block_size
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.loader import read_hf_config
@@ -120,18 +122,6 @@ def expert_width_ways(mesh: Any, spec: Any) -> int:
     return entry_ways(mesh, sharding.spec[2])
 
 
-def active_param_count(spec: Any) -> int:
-    """Parameters one token uses: all of them, except that a Mixture of Experts' routed experts
-    count K of X (every expert is still resident: `parameters` is what memory holds)."""
-    total = spec.param_count()
-    if spec.moe is None:
-        return total
-    m = spec.moe
-    layers = spec.num_layers - spec.dense_layers
-    routed = layers * m.num_experts * 3 * spec.hidden_size * m.expert_size
-    return total - routed + routed * m.top_k // m.num_experts
-
-
 def shard_bytes(shape: tuple[int, ...], spec: PartitionSpec, mesh: Any, itemsize: int) -> int:
     """Bytes of one device's shard of an array of `shape` under `spec` (ceil division per dim)."""
     out = itemsize
@@ -164,15 +154,17 @@ def plan_memory(
     max_length: int | None = None,
     token_budget: int | None = None,
     gen_rows: int = 64,
+    device_bytes: int | None = None,
 ) -> MemoryPlan:
-    """The per-device memory of `config` on `mesh` (module docstring)."""
+    """The per-device memory of `config` on `mesh` (module docstring). The scoring batch holds
+    `token_budget` tokens, by default the run's own rule (`budget.run_token_budget`) on devices of
+    `device_bytes` bytes, less the parameters (None: the CPU's rule, as a run on this host)."""
     if dtype not in BYTES:
         raise JaxevalError(f"unknown dtype {dtype!r}", field="dtype", hint=f"one of {list(BYTES)}")
     spec = spec_from_config(config, compute_dtype=dtype)
     item = BYTES[dtype]
     max_length = int(max_length or spec.max_position_embeddings)
     shards = batch_shards(mesh)  # the batch rule (an AbstractMesh has the same .shape)
-    budget = int(token_budget or 4096 * shards)
 
     # parameters: abstract leaves x the rule table's PartitionSpecs
     abstract = spec.abstract_params(dtype)
@@ -180,6 +172,8 @@ def plan_memory(
     leaves = jax.tree.leaves(abstract)
     specs = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
     param_bytes = sum(shard_bytes(x.shape, s.spec, mesh, item) for x, s in zip(leaves, specs))
+    free = None if device_bytes is None else max(0, device_bytes - param_bytes)
+    budget = int(token_budget or run_token_budget(spec, free, shards, max_length, MAX_BATCH_SIZE))
 
     # scoring: one batch of the budget, rows over the batch axes
     length = min(max_length, budget)
@@ -221,7 +215,7 @@ def plan_memory(
     return MemoryPlan(
         model_type=spec.model_type,
         parameters=spec.param_count(),
-        active_parameters=active_param_count(spec),
+        active_parameters=spec.active_param_count(),
         mesh=dict(mesh.shape),
         dtype=dtype,
         param_bytes=int(param_bytes),
@@ -272,6 +266,7 @@ def print_memory_plan(
         max_length=int(model_args["max_length"]) if "max_length" in model_args else None,
         token_budget=token_budget,
         gen_rows=gen_rows,
+        device_bytes=None if device_memory is None else int(device_memory * GIB),
     )
     print(plan_json(plan) if as_json else plan.table(device_memory))
     return 0

@@ -4,12 +4,12 @@ slice on this host, and what it costs per task.
     jaxeval plan --topology v5e-8 --tasks arc_easy,gsm8k --data_dir D \\
         --model_args pretrained=configs/models/llama-3-8b,tokenizer=TOKENIZER_DIR
 
-1. The run's setup (`run_setup`), as `JaxLM` decides it on that slice: the model's arguments
-   (`JaxLMConfig`), its tokenizer, `max_length`, the token budget the run would pick on the chip
-   (`budget.token_budget_for` on the HBM left after the parameters) and its bucket grid.
-2. The tasks read by the run's own code (`simple_evaluate` with a `RequestRecorder` as the model,
-   `jaxeval.plan.requests`): documents, few-shot prompts, requests, tokenization, score plans and
-   the generation engine's schedule. The result: every executable the run compiles (its key) and
+1. The run's setup (`lm.setup.run_setup`, the function `JaxLM` calls) on that slice: the model's
+   arguments (`JaxLMConfig`), its tokenizer, `max_length`, the token budget the run would pick on
+   the chip (`budget.run_token_budget` on the HBM left after the parameters) and its bucket grid.
+2. The tasks read by the run's own code (`simple_evaluate` with a `DryRunLM` as the model,
+   `jaxeval.lm.dry_run`: `JaxLM`'s request methods, recording instead of computing): documents,
+   few-shot prompts, requests, tokenization, score plans and the generation engine's rounds. The result: every executable the run compiles (its key) and
    how often each task calls it.
 3. Each distinct executable compiled once for the slice (`costs.compile_job`, FLOPs and bytes
    counted over every layer); one shared by several tasks is counted among the executables of the
@@ -32,16 +32,12 @@ from typing import Any
 
 from jaxeval.api.task_manager import TaskManager
 from jaxeval.errors import JaxevalError
+from jaxeval.evaluator import simple_evaluate
 from jaxeval.lm.args import parse_model_args
-from jaxeval.lm.encoding import resolve_max_length
-from jaxeval.lm.generate.config import eos_ids_of, load_generation_config
-from jaxeval.lm.generate.kwargs import SamplingDefaults
-from jaxeval.lm.generate.stops import special_token_ids
-from jaxeval.lm.jax_lm import check_tokenizer_files
+from jaxeval.lm.dry_run import DryRunLM, Record, Use
+from jaxeval.lm.generate.calls import Decode
 from jaxeval.lm.model_config import JaxLMConfig
-from jaxeval.lm.score.buckets import parse_buckets
-from jaxeval.lm.score.budget import token_budget_for
-from jaxeval.lm.score.shaping import point_cost_of
+from jaxeval.lm.setup import RunSetup, run_setup, run_tokenizer
 from jaxeval.models.families import spec_from_config
 from jaxeval.models.runtime import make_runtime
 from jaxeval.plan.costs import (
@@ -51,79 +47,15 @@ from jaxeval.plan.costs import (
     sharded_abstract_params,
     step_costs,
 )
-from jaxeval.plan.jobs import abstract_engine, param_bytes_per_chip, scoring_jobs, topology_mesh
+from jaxeval.plan.jobs import engine_builder, param_bytes_per_chip, scoring_jobs, topology_mesh
 from jaxeval.plan.memory import read_config
-from jaxeval.plan.requests import RequestRecorder, RunSetup, Use, run_tasks
 from jaxeval.plan.topology import Topology, get_topology
-from jaxeval.platform.mesh import batch_shards
 
 # Host seconds per million scored tokens: docs/performance.md, the warm ARC-Easy + LAMBADA run on
 # 2 cores ((wall - device - compile) / scored tokens; start-up, data and model loading included)
 HOST_S_PER_M_TOKENS = 9.1
 # the device's share of its roofline a run reaches, low and high (the printed range)
 ROOFLINE_SHARE = (0.4, 0.6)
-
-
-def run_tokenizer(config: JaxLMConfig) -> Any:
-    """The run's tokenizer (`JaxLM._make_tokenizer`'s rules for a directory): `tokenizer=` in the
-    model's arguments, else the checkpoint directory; a directory without one is a clear error."""
-    from transformers import AutoTokenizer
-
-    where = config.tokenizer or str(config.pretrained)
-    check_tokenizer_files(where)
-    kwargs: dict[str, Any] = {
-        "trust_remote_code": config.trust_remote_code,
-        "use_fast": config.use_fast_tokenizer,
-    }
-    if config.add_bos_token is not None:
-        kwargs["add_bos_token"] = config.add_bos_token
-    return AutoTokenizer.from_pretrained(where, **kwargs)
-
-
-def run_setup(
-    config: JaxLMConfig,
-    spec: Any,
-    hf_config: Any,
-    mesh: Any,
-    *,
-    free_bytes: int | None,
-    engine_free_bytes: int | None = None,
-    tokenizer: Any = None,
-) -> RunSetup:
-    """What `JaxLM` decides before any request, from the same functions, on `mesh` whose devices
-    have `free_bytes` free after the parameters (the token budget's rule; None: the CPU's) and
-    `engine_free_bytes` for the generation engine (default `free_bytes`; on the CPU the run gives
-    it the host's memory per device, `sizing.free_bytes_per_device`)."""
-    tokenizer = tokenizer if tokenizer is not None else run_tokenizer(config)
-    max_length = int(config.max_length or resolve_max_length(hf_config, tokenizer))
-    shards = batch_shards(mesh)
-    budget = config.token_budget or token_budget_for(
-        spec, free_bytes, shards if free_bytes is not None else 1, max_length, config.max_batch_size
-    )
-    buckets = parse_buckets(
-        config.buckets, max_length=max_length, token_budget=int(budget), row_multiple=shards
-    )
-    gen_config = load_generation_config(str(config.pretrained), hf_config)
-    return RunSetup(
-        config=config,
-        tokenizer=tokenizer,
-        max_length=max_length,
-        token_budget=int(budget),
-        buckets=buckets,
-        point_cost=point_cost_of(spec.hidden_size, spec.vocab_size, body_params_all(spec)),
-        shards=shards,
-        free_bytes=free_bytes if engine_free_bytes is None else engine_free_bytes,
-        spec=spec,
-        eos_ids=eos_ids_of(gen_config, hf_config),
-        sampling_defaults=SamplingDefaults.from_generation_config(gen_config),
-        specials=special_token_ids(tokenizer),
-    )
-
-
-def body_params_all(spec: Any) -> int:
-    """Parameters outside the embedding and LM head, every expert counted (`JaxLM._point_cost`)."""
-    embed = spec.vocab_size * spec.hidden_size
-    return spec.param_count() - embed - (0 if spec.tie_embeddings else embed)
 
 
 def record_run(
@@ -139,63 +71,35 @@ def record_run(
     data_dir: str | None = None,
     metadata: dict[str, Any] | None = None,
     **evaluate: Any,
-) -> tuple[RunSetup, RequestRecorder]:
-    """The run's setup on `mesh` (`run_setup`) and its requests and executables for `tasks`
-    (`jaxeval.plan.requests`); `evaluate`: limit, num_fewshot, gen_kwargs as the run takes them,
-    `data_dir` the run's `--data_dir`."""
+) -> tuple[RunSetup, Record]:
+    """The run's setup on `mesh` (`lm.setup.run_setup`, as `JaxLM` calls it, on devices with
+    `free_bytes` free after the parameters and `engine_free_bytes` for the generation engine,
+    default `free_bytes`) and what a run of `tasks` asks of it (`lm.dry_run`); `evaluate`: limit,
+    num_fewshot, gen_kwargs as the run takes them, `data_dir` the run's `--data_dir`."""
+    path = str(config.pretrained)
+    if tokenizer is None:
+        tokenizer = run_tokenizer(config, path=path)
     setup = run_setup(
-        config, spec, hf_config, mesh,
-        free_bytes=free_bytes, engine_free_bytes=engine_free_bytes, tokenizer=tokenizer,
-    )  # fmt: skip
-    recorder = RequestRecorder(setup)
-    meta = metadata if metadata is not None else {"pretrained": str(config.pretrained)}
+        config,
+        spec=spec,
+        hf_config=hf_config,
+        path=path,
+        tokenizer=tokenizer,
+        mesh=mesh,
+        free_bytes=free_bytes,
+        engine_free_bytes=free_bytes if engine_free_bytes is None else engine_free_bytes,
+    )
+    lm = DryRunLM(setup)
+    meta = metadata if metadata is not None else {"pretrained": path}
     manager = TaskManager(metadata=meta, data_dir=data_dir)
-    run_tasks(recorder, tasks, task_manager=manager, **evaluate)
-    return setup, recorder
+    simple_evaluate(
+        model=lm, tasks=tasks, task_manager=manager, bootstrap_iters=0, log_samples=False,
+        **evaluate,
+    )  # fmt: skip
+    return setup, lm.record
 
 
 # ---- compiling ----------------------------------------------------------------------------------
-def _builder(use: Use) -> tuple[str, Any, Any]:
-    """(name, build(spec, runtime, params) -> Job, steps(n) -> build or None) of a generation use."""
-    d = use.detail
-    rows, slots, n_new, sample = d[0], d[1], d[2], d[3]
-
-    def engine(sp, rt, pa):
-        return abstract_engine(sp, rt, pa, rows=rows, slots=slots, n_new=n_new, sample=sample)
-
-    where = f"{rows} x {slots} slots"
-    if use.kind == "prefix":
-        return (
-            f"prefix {d[4]} tokens",
-            lambda sp, rt, pa: engine(sp, rt, pa).prefix_job(d[4]),
-            None,
-        )
-    if use.kind == "admit":
-        u, r, pw, width = d[4:]
-        return (
-            f"admit {u} x {width} tokens into {r} of {where}" + (f" after {pw}" if pw else ""),
-            lambda sp, rt, pa: engine(sp, rt, pa).admit_job(u, r, pw, width),
-            None,
-        )
-    if use.kind == "decode":
-        return (
-            f"decode step {where}",
-            lambda sp, rt, pa: engine(sp, rt, pa).decode_job(),
-            lambda n: lambda sp, rt, pa: engine(sp, rt, pa).decode_job(n),
-        )
-    if use.kind == "shrink":
-        small = d[4]
-
-        def shrink(sp, rt, pa):
-            return engine(sp, rt, pa).shrink_job(
-                abstract_engine(sp, rt, pa, rows=small, slots=slots, n_new=n_new, sample=sample)
-            )
-
-        return f"move {rows} -> {small} rows of {slots} slots", shrink, None
-    job = "init_job" if use.kind == "init" else "peek_job"
-    return f"{use.kind} {where}", lambda sp, rt, pa: getattr(engine(sp, rt, pa), job)(), None
-
-
 def compile_uses(
     uses: dict[Hashable, Use],
     spec: Any,
@@ -209,16 +113,23 @@ def compile_uses(
 ) -> dict[Hashable, Compiled]:
     """Each executable of `uses` compiled once for `mesh`'s devices, FLOPs and bytes counted over
     every layer (`layer_costs`; a decode call per step, `step_costs`) unless `count_layers` is
-    False; the small state pieces (init, peek, move) keep the compiler's own counts."""
+    False; the small state pieces (init, peek, move) keep the compiler's own counts. A scoring
+    key is the scorer's bucket (`Scorer.job`), an engine call's key builds its own job
+    (`engine.engine_job`)."""
     params = sharded_abstract_params(spec, mesh, dtype)
     out: dict[Hashable, Compiled] = {}
     for key, use in uses.items():
+        steps = None
         if use.kind == "score":
-            (planned,) = scoring_jobs(spec, mesh, grid, [use.detail])
-            name, build, count, steps = planned.name, planned.build, planned.count, None
+            (planned,) = scoring_jobs(spec, mesh, grid, [key])
+            name, build, count = planned.name, planned.build, planned.count
         else:
-            name, build, steps = _builder(use)
+            name, build = key.describe(), engine_builder(key)
             count = build
+            if isinstance(key, Decode):
+                steps = lambda n, key=key: engine_builder(  # noqa: E731
+                    dataclasses.replace(key, steps_per_iteration=n)
+                )
         if progress is not None:
             progress(f"compiling {name}")
         cost = None
@@ -231,7 +142,7 @@ def compile_uses(
             except Exception:  # the full compile below reports the error
                 cost = None
         job = build(spec, runtime, params)
-        if job.key != key:  # the recorder's key is the owner's own (`Scorer.job`, the engine's)
+        if job.key != key:  # the dry run's key is the owner's own (`Scorer.job`, the engine's)
             raise AssertionError(f"{name}: planned as {key}, built as {job.key}")
         out[key] = compile_job(job, name=name, kind=use.kind, tokens=0, useful=0.0, cost=cost)
     return out
@@ -376,12 +287,12 @@ def plan_tasks(
             field="topology",
             hint="a larger slice, or dtype=bfloat16",
         )
-    setup, recorder = record_run(
+    setup, record = record_run(
         config, spec, hf_config, mesh, tasks, free_bytes=topo.chip.allowed_hbm_bytes - per_chip,
         metadata=dict(args), **evaluate,
     )  # fmt: skip
     compiled = compile_uses(
-        recorder.uses, spec, runtime, mesh, dtype, setup.buckets,
+        record.uses, spec, runtime, mesh, dtype, setup.buckets,
         count_layers=count_layers, progress=progress,
     )  # fmt: skip
     return TasksPlan(
@@ -391,8 +302,8 @@ def plan_tasks(
         max_length=setup.max_length,
         token_budget=setup.token_budget,
         tasks=tuple(tasks),
-        counts=recorder.counts,
-        uses=recorder.uses,
+        counts=record.counts,
+        uses=record.uses,
         compiled=compiled,
     )
 

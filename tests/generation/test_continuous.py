@@ -293,25 +293,29 @@ def test_compile_count_bounded_by_buckets():
         gen.generate_tokens(order)
     assert gen.compile_count == count  # same engine shape: every order reuses the executables
     keys = set(gen.executables.keys())
-    engines = {k[1:4] for k in keys if k[0] == "decode"}
-    inits = {k for k in keys if k[0] == "init"}
-    shrinks = {k for k in keys if k[0] == "shrink"}
-    admits = {k for k in keys if k[0] == "admit"}
-    prefixes = {k for k in keys if k[0] == "prefix"}
+
+    def of(kind: str) -> set:
+        return {k for k in keys if k.kind == kind}
+
+    engines = {(k.engine.rows, k.engine.slots, k.engine.n_new) for k in of("decode")}
+    inits, shrinks, admits, prefixes = of("init"), of("shrink"), of("admit"), of("prefix")
     # the engines: B = 2 rows, and 1 row for the tail; one move between them
     assert {e[0] for e in engines} == {2, 1} and len(inits) == 1
-    assert {k[1:3] for k in shrinks} == {(2, 1)}
+    assert {(k.rows, k.target) for k in shrinks} == {(2, 1)}
     # the bound: per engine shape decode + peek (+ init for the first, + a move to a smaller one),
     # one prefix prefill per prefix bucket, and one admit per (U <= R in powers of two <= B,
     # prefix bucket or 0, suffix bucket)
     buckets = sorted({prefill_bucket(n) for n in range(1, 129)})
     rows_pairs = [(u, r) for r in (1, 2) for u in (1, 2) if u <= r]
-    prefix_buckets = [0] + [k[1] for k in prefixes]
+    prefix_buckets = [0] + [k.width for k in prefixes]
     bound = len(engines) * (3 + len(rows_pairs) * len(prefix_buckets) * len(buckets)) + len(
         prefixes
     )
     assert all(
-        (k[5], k[6]) in rows_pairs and k[7] in prefix_buckets and k[8] in buckets for k in admits
+        (k.admitted, k.admit_rows) in rows_pairs
+        and k.prefix_width in prefix_buckets
+        and k.width in buckets
+        for k in admits
     )
     count = 2 * len(engines) + len(inits) + len(shrinks) + len(admits) + len(prefixes)
     assert gen.compile_count == count <= bound

@@ -113,6 +113,7 @@ def test_compile_count_bounded_by_buckets():
 
     from jaxeval.lm.generate.generator import Generator
     from jaxeval.lm.generate.plan import plan_gen_batches
+    from jaxeval.lm.generate.prompts import build_prompts
     from jaxeval.models import load_model
 
     path = llama_path()
@@ -128,7 +129,7 @@ def test_compile_count_bounded_by_buckets():
         (long, {"max_gen_toks": 8}),
         (long, {"max_gen_toks": 20, "until": ["\n"]}),
     ]
-    plan = plan_gen_batches(gen.prompts(requests), batch_size=4, shards=1)
+    plan = plan_gen_batches(build_prompts(gen.rules, requests), batch_size=4, shards=1)
     shapes = {pb.shape for pb in plan}
     # U in {1, 2, 4}, P in {16, 32}, N in {16, 32}: few shapes, each compiled once
     assert len(plan) == 3 and len(shapes) == 3

@@ -12,7 +12,7 @@ from jaxeval.kernels.score import default_vocab_chunk, head_stats, score
 from jaxeval.lm.encoding import truncate_request
 from jaxeval.lm.score.buckets import make_buckets
 from jaxeval.lm.score.planner import plan_score_batches
-from jaxeval.lm.score.scorer import Scorer
+from jaxeval.lm.score.scorer import Scorer, answer_arrays
 from tests.kernels.toy_model import ToyModel, greedy_continuation, reference_score
 
 
@@ -94,7 +94,7 @@ def test_score_matches_unpacked_reference(toy, packing, shared):
         buckets=buckets,
         vocab_chunk=16,
     )
-    ll, greedy = scorer.run_plan(plan)
+    ll, greedy = answer_arrays(scorer.run_plan(plan), plan.n_requests)
     want = [reference_score(model, params, r.context, r.continuation) for r in reqs]
     np.testing.assert_allclose(ll, [w[0] for w in want], atol=2e-5)
     np.testing.assert_array_equal(greedy, [w[1] for w in want])

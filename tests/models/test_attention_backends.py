@@ -19,6 +19,7 @@ import pytest
 
 from jaxeval.models import attention as attn
 from jaxeval.models.attention.backend import AttentionBackend
+from jaxeval.models.contract import KVCache
 
 PROTOCOL = ("block_size", "packed", "cache_state", "write_slots")
 BACKENDS = [
@@ -49,7 +50,7 @@ def _cache(rng, b=2, t=3, g=2, x=2, e=8, c=16, layers=2):
     positions = jnp.broadcast_to(jnp.arange(c, dtype=jnp.int32), (b, c))
     index = jnp.asarray([5, 9], jnp.int32)
     q_pos = index[:, None] + jnp.arange(t, dtype=jnp.int32)
-    return q, k, v, jnp.int32(1), valid, positions, q_pos, index
+    return q, KVCache(k=k, v=v, valid=valid, positions=positions), jnp.int32(1), q_pos, index
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
@@ -77,12 +78,16 @@ def test_cpu_backend_hands_bfloat16_rows_to_the_reference():
 
 def test_tpu_backend_writes_a_shared_index_as_the_reference():
     rng = np.random.default_rng(2)
-    k_cache = jnp.zeros((2, 2, 1, 4, 8), jnp.float32)
-    v_cache = jnp.zeros((2, 2, 1, 8, 4), jnp.float32)
+    cache = KVCache(
+        k=jnp.zeros((2, 2, 1, 4, 8), jnp.float32),
+        v=jnp.zeros((2, 2, 1, 8, 4), jnp.float32),
+        valid=jnp.ones((2, 8), bool),
+        positions=jnp.zeros((2, 8), jnp.int32),
+    )
     k, v = (jnp.asarray(rng.standard_normal((2, 2, 3, 1, 4)), jnp.float32) for _ in range(2))
     for index in (jnp.int32(2), jnp.asarray([0, 6], jnp.int32)):  # shared; per row, T = 3
-        got = attn.TpuAttention(interpret=True).write_slots(k_cache, v_cache, k, v, index)
-        want = attn.write_slots(k_cache, v_cache, k, v, index)
+        got = attn.TpuAttention(interpret=True).write_slots(cache, k, v, index)
+        want = attn.write_slots(cache, k, v, index)
         for a, w in zip(got, want):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(w))
 

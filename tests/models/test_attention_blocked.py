@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from jaxeval.models import attention as attn
+from jaxeval.models.contract import KVCache
 from jaxeval.models.spec import ModelSpec
 
 
@@ -193,11 +194,8 @@ def test_cache_attend_equals_dense(t, index, window, new_block):
     blocked = jax.jit(
         lambda q, k_all, v_all, index: attn.cache_attend(
             q,
-            k_all,
-            v_all,
+            KVCache(k=k_all, v=v_all, valid=valid, positions=slot_pos),
             jnp.int32(layer),
-            valid,
-            slot_pos,
             q_pos,
             index,
             k_new,

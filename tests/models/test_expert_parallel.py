@@ -1,4 +1,4 @@
-"""Expert parallelism (`jaxeval.models.expert_parallel`) on the 8 fake CPU devices: each device runs
+"""Expert parallelism (`jaxeval.models.experts.parallel`) on the 8 fake CPU devices: each device runs
 its own experts, the results are the single-device ones.
 
 Meshes: fsdp (8 experts over 8 devices: the rows gathered and reduce-scattered, or round the
@@ -17,8 +17,8 @@ import pytest
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
 from jaxeval.models import experts as E
-from jaxeval.models import moe as M
-from jaxeval.models.expert_parallel import ExpertParallel, expert_axes, local_ids
+from jaxeval.models import experts as M
+from jaxeval.models.experts import ExpertParallel, expert_axes, local_ids
 from jaxeval.models.param_info import is_info
 from jaxeval.models.runtime import make_runtime
 from jaxeval.models.sharding import logical_sharding, split_ways
@@ -69,7 +69,7 @@ def test_select_experts_wraps_on_several_devices(eight, monkeypatch):
     monkeypatch.delenv(E.ENV, raising=False)
     mesh = make_mesh("fsdp")
     backend = E.select_experts(mesh)
-    assert backend == ExpertParallel(inner=E.BLOCKED, mesh=mesh, dense=E.DENSE)
+    assert backend == ExpertParallel(inner=E.BLOCKED, dense=E.DENSE)
     assert backend.name == "blocked"
     assert E.select_experts(mesh, "ragged").inner is E.RAGGED
     assert E.select_experts(make_mesh("single")) is E.BLOCKED  # one device: as before
@@ -98,9 +98,9 @@ def _placed(p: dict, moe: M.MoESpec, d: int, mesh) -> dict:
     )
 
 
-@functools.partial(jax.jit, static_argnames=("moe", "backend"))
-def _block(p, x, *, moe, backend):
-    return M.moe_block(p, x, moe=moe, backend=backend)
+@functools.partial(jax.jit, static_argnames=("moe", "backend", "mesh"))
+def _block(p, x, *, moe, backend, mesh=None):
+    return M.moe_block(p, x, moe=moe, backend=backend, mesh=mesh)
 
 
 @pytest.mark.parametrize(
@@ -135,9 +135,12 @@ def test_layer_equals_single_device(eight, mesh_name, inner, mode):
         backend = dataclasses.replace(backend, gather_bytes=gather_bytes, dense_rows=0)
     placed = _placed(p, moe, d, mesh)
     assert placed["gate"].sharding.spec[0] is not None
-    got = _block(placed, jax.device_put(x, batch_sharding(mesh, x.shape)), moe=moe, backend=backend)
+    got = _block(
+        placed, jax.device_put(x, batch_sharding(mesh, x.shape)), moe=moe, backend=backend,
+        mesh=mesh,
+    )  # fmt: skip
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
-    text = _block.lower(placed, x, moe=moe, backend=backend).compile().as_text()
+    text = _block.lower(placed, x, moe=moe, backend=backend, mesh=mesh).compile().as_text()
     assert not expert_weight_gathers(text, d=d, f=8), mesh_name
     if mesh_name != "data_model":  # rows split over fsdp, an expert axis: gathered or ringed
         ringed = any(
@@ -151,8 +154,7 @@ def test_layer_equals_single_device(eight, mesh_name, inner, mode):
 
 def test_gather_threshold():
     """The gather / ring choice by the gathered assignments' bytes (module docstring's figures)."""
-    mesh = make_mesh("single")
-    ep = ExpertParallel(inner=E.RAGGED, mesh=mesh)
+    ep = ExpertParallel(inner=E.RAGGED)
     mixtral = M.MoESpec(num_experts=8, top_k=2, expert_size=14336)
     qwen3 = M.MoESpec(num_experts=128, top_k=8, expert_size=768)
     assert ep.gathers(64, mixtral, 4096, 2)  # a decode step of 64 rows: 8.4 MB

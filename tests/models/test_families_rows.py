@@ -10,7 +10,7 @@ import jaxeval.models.families as families
 from jaxeval.models.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
 from jaxeval.models.families.config import Field, When, option_value
 from jaxeval.models.families.dense import Decoder
-from jaxeval.models.families.experts import Experts
+from jaxeval.models.families.routing import Experts
 from jaxeval.models.families.table import ROWS
 
 

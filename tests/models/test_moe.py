@@ -1,4 +1,4 @@
-"""The MoE layer (`jaxeval.models.moe`) against transformers' sparse MoE blocks, one per family.
+"""The MoE layer (`jaxeval.models.experts`) against transformers' sparse MoE blocks, one per family.
 
 Each family's HF block is built alone from a tiny config, its weights (biases and the correction
 bias too) redrawn from N(0, 0.2), copied into the canonical layout and run beside ours on the same
@@ -21,7 +21,8 @@ from jax.sharding import Mesh
 
 from jaxeval.errors import JaxevalError
 from jaxeval.models import experts as E
-from jaxeval.models import moe as M
+from jaxeval.models import experts as M
+from jaxeval.models.experts import blocked
 from jaxeval.models.param_info import is_info
 from tests.models.common import assert_logits_close
 from tests.needs_torch import REASON
@@ -466,7 +467,7 @@ def test_block_layout_docstring_example():
     """The module docstring's drawing: experts [2, 0, 2, 2, 0], X = 3, K = 1, m = 2."""
     experts = np.array([[2], [0], [2], [2], [0]], np.int32)
     weights = np.arange(1, 6, dtype=np.float32)[:, None]
-    layout = jax.jit(E._block_layout, static_argnums=(2, 3, 4))
+    layout = jax.jit(blocked._block_layout, static_argnums=(2, 3, 4))
     token, weight, block_expert, used = layout(experts, weights, 3, 2, 4)
     assert token.tolist() == [1, 4, 0, 2, 3, 5, 5, 5]  # 5 = B*T marks padding
     assert weight.tolist() == [2.0, 5.0, 1.0, 3.0, 4.0, 0.0, 0.0, 0.0]
@@ -525,7 +526,7 @@ def test_blocked_flops_stay_near_the_active_experts():
         name: jax.ShapeDtypeStruct(params[name].shape[1:], bf16) for name in ("gate", "up", "down")
     }
     rows = jax.ShapeDtypeStruct((m, d), bf16)
-    block = _flops(jax.jit(functools.partial(E._expert_mlp, moe=moe)).lower(one, rows).compile())
+    block = _flops(jax.jit(functools.partial(E.expert_mlp, moe=moe)).lower(one, rows).compile())
     active = 2 * 3 * n * k * d * f
     assert block == pytest.approx(2 * 3 * m * d * f, rel=0.05)  # and the activation
     # the loop body counted at most once in `layer`, run at most max_blocks times
@@ -579,7 +580,7 @@ def test_select_experts(monkeypatch):
     monkeypatch.setenv(E.ENV, "ragged")
     assert E.select_experts("cpu") is E.RAGGED
     assert E.select_experts("tpu", "blocked") is E.BLOCKED
-    with pytest.raises(JaxevalError, match="moe='dense2' is not one of"):
+    with pytest.raises(JaxevalError, match="experts='dense2' is not one of"):
         E.select_experts("cpu", "dense2")
 
 

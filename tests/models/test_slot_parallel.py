@@ -69,8 +69,9 @@ def test_split_state_equals_the_whole_cache(eight, preset, attention, window):
     index = np.asarray([0, 77, 1100, 1500, c], np.int32)
     q_pos = index[:, None]
     kw = dict(window=None if window is None else jnp.int32(window), scale=jnp.float32(0.25))
+    whole = KVCache(k=k, v=v, valid=valid, positions=positions)
     want = reference.cache_state(
-        q, k, v, jnp.int32(1), valid, positions, q_pos, index, softcap=None, block=128, **kw
+        q, whole, jnp.int32(1), q_pos, index, softcap=None, block=128, **kw
     )
     mesh = make_mesh(preset)
     runtime = make_runtime(mesh, attention=attention)
@@ -79,10 +80,10 @@ def test_split_state_equals_the_whole_cache(eight, preset, attention, window):
     k_s, v_s, flags = split.shardings(G)
     args = (jax.device_put(k, k_s), jax.device_put(v, v_s))
     got = jax.jit(
-        lambda q, k, v, valid, pos, qp, i: split.cache_state(
-            runtime.attention, q, k, v, jnp.int32(1), valid, pos, qp, i, softcap=None, **kw
+        lambda q, cache, qp, i: split.cache_state(
+            runtime.attention, q, cache, jnp.int32(1), qp, i, softcap=None, **kw
         )
-    )(q, *args, valid, positions, q_pos, index)
+    )(q, KVCache(*args, valid, positions), q_pos, index)
     # row 0 saw no key: its running max stays the masked value (its sums are wiped by the first
     # real key the decoder folds in next, whatever they hold)
     np.testing.assert_array_equal(np.asarray(got[0])[0], np.asarray(want[0])[0])
@@ -103,14 +104,15 @@ def test_split_decode_write_equals_the_whole_cache(eight, attention):
     k_new = rng.standard_normal((L, b, 1, G, E)).astype(np.float32)
     v_new = rng.standard_normal((L, b, 1, G, E)).astype(np.float32)
     index = np.asarray([0, 513, c], np.int32)  # first slot, a middle piece, past the end
-    want = reference.write_slots(jnp.asarray(k), jnp.asarray(v), k_new, v_new, index)
+    want = reference.write_slots(
+        KVCache(jnp.asarray(k), jnp.asarray(v), valid, positions), k_new, v_new, index
+    )
     mesh = make_mesh("data")
     runtime = make_runtime(mesh, attention=attention)
     split = slots_split(mesh, rows=b, slots=c)
     k_s, v_s, _ = split.shardings(G)
-    got = jax.jit(lambda *a: split.write_slots(runtime.attention, *a))(
-        jax.device_put(k, k_s), jax.device_put(v, v_s), k_new, v_new, index
-    )
+    cache = KVCache(jax.device_put(k, k_s), jax.device_put(v, v_s), valid, positions)
+    got = jax.jit(lambda *a: split.write_slots(runtime.attention, *a))(cache, k_new, v_new, index)
     for a, w in zip(got, want):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(w))
     assert got[0].sharding.spec == k_s.spec

@@ -4,9 +4,10 @@
                                        "mesh": "data", "distributed": true, "limit": 3}'
 
 The environment chooses the devices (XLA_FLAGS, JAX_PLATFORMS) and the process's place in the run
-(JAXEVAL_COORDINATOR, JAXEVAL_NUM_PROCESSES, JAXEVAL_PROCESS_ID). What `simple_evaluate` returned
-is written to `returned` (JSON; null on processes that do not report); everything jaxeval itself
-writes goes under `out` (results, samples, response cache; request cache via JAXEVAL_CACHE_PATH).
+(JAXEVAL_COORDINATOR, JAXEVAL_NUM_PROCESSES, JAXEVAL_PROCESS_ID). What the run returned
+(`evaluate_run`, which the command calls with its `RunConfig`) is written to `returned` (JSON;
+null on processes that do not report); everything jaxeval itself writes goes under `out`
+(results, samples, response cache; request cache via JAXEVAL_CACHE_PATH).
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ def main() -> int:
     from jaxeval import cli
 
     returned: dict = {}
-    original = evaluator.simple_evaluate
+    original = evaluator.evaluate_run
 
-    def recording(*args, **kwargs):
-        returned["value"] = original(*args, **kwargs)
+    def recording(config):
+        returned["value"] = original(config)
         return returned["value"]
 
-    evaluator.simple_evaluate = recording
+    evaluator.evaluate_run = recording
     out = cfg["out"]
     options = {
         "--model": "jax",

@@ -1,7 +1,7 @@
 """A finished run survives its save, and its files are readable by others.
 
 * Files follow the umask (0644 under umask 022, as lm-eval's): results, samples, report, the
-  response cache.
+  response cache (never group- or other-writable); caches under the cache home are private.
 * A full disk at save time (the write raises ENOSPC) or a file where `<output_path>/<model>` goes:
   the table is printed first, the error is one paragraph naming where the results went instead
   (a folder of the temporary directory, else stdout), and the output folder holds nothing half-made.
@@ -247,9 +247,10 @@ def test_a_live_save_and_another_hosts_are_left_alone(tmp_path):
     assert len(journal.sweep(folder)) == 3  # the sleeper is gone: its save's leftovers go
 
 
-def test_the_cpu_kernel_library_follows_the_umask(tmp_path):
-    """The attention kernel's library in the cache: the linker writes into mkstemp's 0600 file
-    (a stand-in compiler does the same here), and the build widens it before the rename."""
+def test_the_cpu_kernel_library_is_private(tmp_path):
+    """The attention kernel's library in the cache is private data, whatever the umask: the linker
+    writes into mkstemp's 0600 file (a stand-in compiler does the same here), the build keeps it
+    0600 in a 0700 folder (tests/platform/test_private_caches.py)."""
     from jaxeval.ops.attention import cpu
 
     fake = tmp_path / "cxx"
@@ -260,4 +261,5 @@ def test_the_cpu_kernel_library_follows_the_umask(tmp_path):
         cpu._build(str(fake), tmp_path / "kernels" / "lib.so")
     finally:
         restore()
-    assert oct(_mode(tmp_path / "kernels" / "lib.so")) == oct(0o755)
+    assert oct(_mode(tmp_path / "kernels" / "lib.so")) == oct(0o600)
+    assert oct(_mode(tmp_path / "kernels")) == oct(0o700)

@@ -35,9 +35,10 @@ decode chunks, reads and moves are queued at the start on its background compile
 (`ContinuousEngine.compile_ahead`), so they compile while the main thread compiles and runs the
 admissions.
 
-The queue, the rows and the moves are `schedule.Schedule`'s (pure Python, shared with the
-planner, `jaxeval.plan.requests`); this module runs its admissions, decode chunks and moves on
-the device.
+The queue, the rows and the moves are `schedule.Schedule`'s (pure Python); its rounds of typed
+calls (`calls.engine_rounds`: `Init`, `Prefix`, `Admit`, `Decode`, `Peek`, `Shrink`, each the key
+of its executable) are what this module runs on the device and what a dry run counts
+(`jaxeval.lm.dry_run`, for `jaxeval plan`); `engine_job(target, key)` builds any key's job.
 """
 
 from __future__ import annotations
@@ -64,17 +65,31 @@ from jaxeval.kernels.continuous import (
 )
 from jaxeval.kernels.generate import StopTable
 from jaxeval.lm.executables import Executables, Job
+from jaxeval.lm.generate.calls import (
+    Admit,
+    AdmitStep,
+    Decode,
+    EngineKey,
+    EngineShape,
+    Init,
+    Peek,
+    Prefix,
+    PrefixStep,
+    ShrinkStep,
+    engine_rounds,
+    init_of,
+    peek_of,
+    shrink_of,
+)
 from jaxeval.lm.generate.plan import (
-    MIN_BUCKET,
     Prompt,
     prefill_bucket,
-    prompt_bucket,
     row_settings,
     set_row,
 )
-from jaxeval.lm.generate.prefixes import PrefixGroup, shared_prefixes
 from jaxeval.lm.generate.schedule import Call, Item, Schedule, tail_threshold
-from jaxeval.lm.generate.sizing import engine_rows, free_bytes_per_device
+from jaxeval.lm.generate.shape import engine_plan
+from jaxeval.lm.generate.sizing import free_bytes_per_device
 from jaxeval.lm.generate.stops import STOP_BYTES, STOP_STRINGS, STOP_TOKENS
 from jaxeval.models.contract import KVCache
 from jaxeval.models.runtime import Runtime
@@ -138,6 +153,33 @@ class EngineTarget:
     @property
     def replicated(self) -> Any:
         return replicated(self.runtime.mesh)
+
+
+def prefix_job(target: EngineTarget, width: int) -> Job:
+    """`prefill_prefix` of a shared prefix padded to `width` tokens (a `prefill_bucket`): one
+    row, replicated, shared by every engine shape on `target`."""
+    spec, runtime, full = target.spec, target.runtime, target.replicated
+    tokens = jax.ShapeDtypeStruct((width,), np.int32, sharding=full)
+    valid = jax.ShapeDtypeStruct((width,), np.bool_, sharding=full)
+    return Job(
+        Prefix(width),
+        lambda p, t, v: prefill_prefix(p, t, v, model=spec, runtime=runtime),
+        (target.params, tokens, valid),
+        in_shardings=(jax.tree.map(lambda x: x.sharding, target.params), full, full),
+        out_shardings=full,
+    )
+
+
+def engine_job(target: EngineTarget, key: EngineKey) -> Job:
+    """The job of the engine call `key` on `target` (what `jaxeval plan` compiles for a key the
+    run's rounds published): a prefix needs no engine, every other call its key's engine."""
+    if isinstance(key, Prefix):
+        return prefix_job(target, key.width)
+    shape = key.shape
+    engine = ContinuousEngine(
+        target, rows=shape.rows, slots=shape.slots, n_new=shape.n_new, sample=shape.sample
+    )
+    return engine.job(key)
 
 
 def abstract_admission(admitted: int, rows: int, width: int, sharding: Any) -> AdmitBatch:
@@ -211,7 +253,7 @@ class ContinuousEngine:
         )
         self.param_shardings = jax.tree.map(lambda x: x.sharding, target.params)
         self.stop_shardings = StopTable(self.replicated, self.replicated)
-        self._jobs: dict[tuple, Job] = {}  # built once per key: a run admits hundreds of times
+        self._jobs: dict[EngineKey, Job] = {}  # built once per key: a run admits hundreds of times
 
     def _compile(self, job: Job) -> Callable:
         """The executable for `job.key`: compiled before, compiled ahead (waited for), or now."""
@@ -228,27 +270,38 @@ class ContinuousEngine:
         )
 
     # ---- the executables, as jobs ---------------------------------------------------------
+    @property
+    def shape(self) -> EngineShape:
+        return EngineShape(self.rows, self.slots, self.n_new, self.sample)
+
+    def job(self, key: EngineKey) -> Job:
+        """The job of any of this engine's calls (`calls`: the key says which; a `Shrink` builds
+        the smaller engine it moves into)."""
+        if isinstance(key, Init):
+            return self.init_job()
+        if isinstance(key, Prefix):
+            return self.prefix_job(key.width)
+        if isinstance(key, Admit):
+            return self.admit_job(key.admitted, key.admit_rows, key.prefix_width, key.width)
+        if isinstance(key, Decode):
+            return self.decode_job(key.steps_per_iteration)
+        if isinstance(key, Peek):
+            return self.peek_job()
+        small = ContinuousEngine(
+            self.target, rows=key.target, slots=self.slots, n_new=self.n_new, sample=self.sample
+        )
+        return self.shrink_job(small)
+
     def init_job(self) -> Job:
-        key = ("init", self.rows, self.slots, self.n_new)
-        return Job(key, self._make, (), out_shardings=self.state_shardings)
+        return Job(init_of(self.shape), self._make, (), out_shardings=self.state_shardings)
 
     def prefix_job(self, width: int) -> Job:
-        """`prefill_prefix` of a shared prefix padded to `width` tokens (a `prefill_bucket`)."""
-        spec, runtime = self.target.spec, self.target.runtime
-        host = (np.zeros(width, np.int32), np.zeros(width, bool))
-        return Job(
-            ("prefix", width),
-            lambda p, t, v: prefill_prefix(p, t, v, model=spec, runtime=runtime),
-            (self.target.params, *self._abstract(host)),
-            in_shardings=(self.param_shardings, self.replicated, self.replicated),
-            out_shardings=self.replicated,
-        )
+        return prefix_job(self.target, width)
 
     def admit_job(self, admitted: int, rows: int, prefix_width: int, width: int) -> Job:
         """`admit` of `admitted` distinct prompts (suffixes padded to `width` tokens) into `rows`
         engine rows, after a prefix cache of `prefix_width` slots (0: no prefix)."""
-        key = ("admit", self.rows, self.slots, self.n_new, self.sample)
-        key += (admitted, rows, prefix_width, width)
+        key = Admit(self.shape, admitted, rows, prefix_width, width)
         if key in self._jobs:
             return self._jobs[key]
         spec, runtime, sample = self.target.spec, self.target.runtime, self.sample
@@ -267,7 +320,7 @@ class ContinuousEngine:
 
     def decode_job(self, steps_per_iteration: int = 1) -> Job:
         """`decode_chunk`; `steps_per_iteration` > 1 only for counting one step's cost."""
-        key = ("decode", self.rows, self.slots, self.n_new, self.sample, steps_per_iteration)
+        key = Decode(self.shape, steps_per_iteration)
         if key in self._jobs:
             return self._jobs[key]
         spec, runtime, sample = self.target.spec, self.target.runtime, self.sample
@@ -286,7 +339,7 @@ class ContinuousEngine:
         """The move of this engine's state into `small`'s rows (`select_rows`)."""
         runtime = self.target.runtime
         return Job(
-            ("shrink", self.rows, small.rows, self.slots, self.n_new),
+            shrink_of(self.shape, small.rows),
             lambda s, k: select_rows(s, k, runtime=runtime),
             (self.abstract, *self._abstract((np.zeros(small.rows, np.int32),))),
             in_shardings=(self.state_shardings, self.replicated),
@@ -295,7 +348,7 @@ class ContinuousEngine:
 
     def peek_job(self) -> Job:
         return Job(
-            ("peek", self.rows, self.slots, self.n_new),
+            peek_of(self.shape),
             lambda s: (s.done, s.length, s.reason, s.out, s.steps),
             (self.abstract,),
             in_shardings=(self.state_shardings,),
@@ -325,7 +378,7 @@ class ContinuousEngine:
         fn = self._compile(self.prefix_job(width))
         return fn(self.target.params, *put_global((ids, valid), self.replicated))
 
-    def _state_job(self, key: tuple, kernel: Callable, *extras: Any) -> Job:
+    def _state_job(self, key: EngineKey, kernel: Callable, *extras: Any) -> Job:
         """kernel(params, stop_table, state, *extras) -> state: the state keeps its row shardings
         and is donated (the cache stays in place); extras (abstract) are replicated."""
         args = (self.target.params, self.target.stop_table, self.abstract, *extras)
@@ -346,10 +399,13 @@ class ContinuousEngine:
     def _state_call(self, job: Job, state: EngineState, *extras: Any) -> EngineState:
         return self._compile(job)(self.target.params, self.target.stop_table, state, *extras)
 
-    def admit(self, state: EngineState, prefix: Any, batch: AdmitBatch, seed: Any) -> EngineState:
-        u, p = batch.tokens.shape
-        r = batch.dst.shape[0]
-        job = self.admit_job(u, r, prefix.valid.shape[1], p)
+    def admit(
+        self, key: Admit, state: EngineState, prefix: Any, batch: AdmitBatch, seed: Any
+    ) -> EngineState:
+        """The `admit` call `key` of `batch` (its host arrays, of the key's shapes)."""
+        if key.engine != self.shape or batch.tokens.shape != (key.admitted, key.width):
+            raise AssertionError(f"admission {key} on the engine {self.shape}")
+        job = self.admit_job(key.admitted, key.admit_rows, key.prefix_width, key.width)
         return self._state_call(job, state, prefix, call_args(batch, self.replicated), seed)
 
     def decode(self, state: EngineState, seed: Any, want: int) -> EngineState:
@@ -377,30 +433,6 @@ class ContinuousEngine:
         self._ahead(jobs)
 
 
-def engine_shape(
-    prompts: Sequence[Prompt], groups: Sequence[PrefixGroup], batch_size: int, shards: int
-) -> tuple[int, int, int, bool]:
-    """(B rows, C slots, N new tokens, sampled): one engine for all the prompts.
-
-    B is the batch size, but never more rows than the work has copies (rounded up to a power of
-    two, then to the shard count): four prompts decode in four rows, not in sixteen. A batch size
-    below the shard count stays as it is (`sizing.engine_rows` keeps it, given explicitly, when
-    each row's slots split over the shards, else rounds it up).
-    """
-    copies = pow2_at_least(sum(pr.copies for pr in prompts), 1)
-    rows = max(shards, -(-min(batch_size, copies) // shards) * shards)
-    if batch_size < shards:
-        rows = pow2_at_least(min(batch_size, copies), 1)
-    n_new = pow2_at_least(max(pr.max_new for pr in prompts), MIN_BUCKET)
-    need = 0
-    for g in groups:
-        sp = prompt_bucket(len(g.tokens)) if g.tokens else 0
-        suffix = max(len(prompts[i].tokens) - len(g.tokens) for i in g.members)
-        need = max(need, sp + prompt_bucket(suffix))
-    sample = any(pr.settings.do_sample for pr in prompts)
-    return rows, prompt_bucket(need + n_new), n_new, sample
-
-
 def run_continuous(
     gen: Any,
     prompts: Sequence[Prompt],
@@ -412,23 +444,16 @@ def run_continuous(
     `gen.config`'s (`GenConfig`: `min_prefix`, `refill_rows`, `admission`, and `tail`: once the
     queue is empty, decode the live rows in smaller engines, `tail_rows`)."""
     config = gen.config
-    min_prefix, tail = config.min_prefix, config.tail
-    groups = (
-        shared_prefixes(prompts, min_prefix)
-        if min_prefix > 0
-        else [PrefixGroup((), (i,)) for i in range(len(prompts))]
-    )
-    rows, slots, n_new, sample = engine_shape(prompts, groups, config.batch_size, gen.shards)
     target = gen.engine_target
-    fit = engine_rows(
-        target.spec,
-        free_bytes=free_bytes_per_device(target.mesh),
+    groups, shape = engine_plan(
+        prompts,
+        config,
+        spec=target.spec,
         shards=gen.shards,
-        slots=slots,
-        wanted=rows,
-        explicit=not config.fit_rows,
+        free_bytes=free_bytes_per_device(target.mesh),
     )
-    rows = distributed.agree_min(fit.rows)
+    rows, slots, n_new, sample = shape.rows, shape.slots, shape.n_new, shape.sample
+    tail = config.tail
     engine = ContinuousEngine(target, rows=rows, slots=slots, n_new=n_new, sample=sample)
     shards = gen.shards
     tails: dict[int, ContinuousEngine] = {}  # the smaller engines the tail may move into
@@ -455,26 +480,30 @@ def run_continuous(
             "tail_moves": 0,
         }
         steps = 0
-        while schedule.busy:
-            for admission in schedule.admit():
-                if admission.group not in prefixes:
+        engines = {engine.rows: engine, **tails}
+        done = np.zeros(0, bool)
+        for round_ in engine_rounds(schedule, engine.shape):
+            for step in round_.steps:
+                if isinstance(step, PrefixStep):
+                    admission = step.admission
                     prefixes[admission.group] = engine.prefix(admission.prefix)
                     stats["prefill_tokens"] += len(admission.prefix)
                     stats["prefix_tokens"] += len(admission.prefix)
-                for call in admission.calls:
-                    batch = _admit_batch(call, engine.rows)
-                    state = engine.admit(state, prefixes[admission.group], batch, seed)
+                elif isinstance(step, AdmitStep):
+                    batch = _admit_batch(step.call, engine.rows)
+                    prefix = prefixes[step.admission.group]
+                    state = engine.admit(step.key, state, prefix, batch, seed)
                     stats["prefill_tokens"] += int(batch.valid.sum())
-                    stats["prompt_tokens"] += sum(len(p.tokens) for p in call.prompts)
+                    stats["prompt_tokens"] += sum(len(p.tokens) for p in step.call.prompts)
                     stats["admissions"] += 1
-            move = schedule.tail()
-            if move is not None:  # the tail: the live rows into a smaller engine
-                target, keep = move
-                state = engine.shrink(state, tails[target], np.asarray(keep, np.int32))
-                engine = tails[target]
-                stats["tail_moves"] += 1
-            state = engine.decode(state, seed, schedule.want())
-            done, length, reason, toks, steps = engine.peek(state)
+                elif isinstance(step, ShrinkStep):  # the tail: the live rows into a smaller engine
+                    small = engines[step.key.target]
+                    state = engine.shrink(state, small, np.asarray(step.keep, np.int32))
+                    engine = small
+                    stats["tail_moves"] += 1
+                else:
+                    state = engine.decode(state, seed, step.want)
+                    done, length, reason, toks, steps = engine.peek(state)
             finished = []
             for row, it in schedule.finish(np.flatnonzero(done).tolist()):
                 pos = it.prompt.outputs[it.copy]

@@ -48,23 +48,21 @@ from jaxeval.lm.executables import Executables
 from jaxeval.lm.generate.config import (
     BARE_BATCH_SIZE,
     GenConfig,
-    eos_ids_of,
     load_generation_config,
 )
 from jaxeval.lm.generate.engine import EngineTarget, run_continuous
-from jaxeval.lm.generate.kwargs import SamplingDefaults, normalize
 from jaxeval.lm.generate.plan import Prompt, request_pairs
+from jaxeval.lm.generate.prompts import build_prompts, prompt_rules
 from jaxeval.lm.generate.static import run_static
 from jaxeval.lm.generate.stops import (
     BUFFER_BYTES,
     contains_stop,
     cut_at_stops,
-    special_token_ids,
     stop_rows,
     token_bytes,
 )
+from jaxeval.models.contract import capabilities_of
 from jaxeval.models.runtime import Runtime
-from jaxeval.models.spec import ModelSpec
 from jaxeval.platform import phases
 from jaxeval.platform.mesh import batch_shards, place_params, put_global, replicated
 
@@ -118,21 +116,21 @@ class Generator:
         self.encoder = encoder or Encoder(tokenizer, add_bos_token=add_bos_token)
         self.max_length = int(max_length)
         continuous = self.config.continuous
-        # continuous batching needs a per-row cache index (`forward_cached`'s index as int32[B]):
-        # our decoders have it; another model opts in with `per_row_cache_index = True`
+        # continuous batching needs a per-row cache index (`forward_cached`'s index as int32[B]),
+        # which the model declares (`contract.Capabilities`; our decoders do)
         if continuous is None:
-            continuous = isinstance(self.spec, ModelSpec) or bool(
-                getattr(self.spec, "per_row_cache_index", False)
-            )
+            continuous = capabilities_of(self.spec).per_row_cache_index
         self.continuous = bool(continuous)
-        eot = tokenizer.eos_token_id if eot_token_id is None else eot_token_id
-        self.eos_string = (
-            tokenizer.decode(eot, skip_special_tokens=False) if eot is not None else None
+        # requests -> prompts (`prompts.build_prompts`, lm-eval's rules)
+        self.rules = prompt_rules(
+            self.encoder,
+            config=self.config,
+            tokenizer=tokenizer,
+            generation_config=load_generation_config(getattr(model, "path", None), model.hf_config),
+            hf_config=model.hf_config,
+            max_length=self.max_length,
+            eot_token_id=eot_token_id,
         )
-        gen_config = load_generation_config(getattr(model, "path", None), model.hf_config)
-        self.eos_ids = eos_ids_of(gen_config, model.hf_config)
-        self.sampling_defaults = SamplingDefaults.from_generation_config(gen_config)
-        self.specials = special_token_ids(tokenizer)
         self.shards = batch_shards(self.mesh)
         self.replicated = replicated(self.mesh)
         table, lengths = token_bytes(tokenizer, self.spec.vocab_size, BUFFER_BYTES)
@@ -162,57 +160,6 @@ class Generator:
     @property
     def compile_seconds(self) -> float:
         return self.executables.compile_seconds
-
-    # ---- requests -> prompts --------------------------------------------------------------
-    def prompts(
-        self, requests: Sequence[tuple[str, dict]], *, same: Sequence[int] | None = None
-    ) -> list[Prompt]:
-        """Distinct prompts with their copies. `same[i]` = position of request i's first copy."""
-        same = list(range(len(requests))) if same is None else list(same)
-        firsts = sorted(set(same))
-        copies: dict[int, list[int]] = {f: [] for f in firsts}
-        for i, f in enumerate(same):
-            copies[f].append(i)
-        contexts = [requests[f][0] for f in firsts]
-        encoded = self.encoder.tok_encode_many(contexts)
-        out = []
-        for k, (f, ids) in enumerate(zip(firsts, encoded)):
-            context, gen_kwargs = requests[f]
-            if not isinstance(context, str):
-                raise JaxevalError(f"request {f}: the context must be a string, got {context!r}")
-            try:
-                settings = normalize(
-                    gen_kwargs,
-                    eos=self.eos_string,
-                    default_max_gen_toks=self.config.max_gen_toks,
-                    sampling_defaults=self.sampling_defaults,
-                )
-            except JaxevalError as err:
-                raise err.located(doc=f) from None
-            max_ctx = self.max_length - settings.max_gen_toks
-            if max_ctx <= 0:
-                raise JaxevalError(
-                    f"max_gen_toks ({settings.max_gen_toks}) must be less than the model's "
-                    f"max_length ({self.max_length})",
-                    field="max_gen_toks",
-                )
-            ids = list(ids)[-max_ctx:]
-            if not ids:
-                raise JaxevalError(
-                    f"request {f}: the context encodes to no tokens (empty prompt)",
-                    hint="give a non-empty context or a tokenizer that adds BOS",
-                )
-            stops = stop_rows(settings.until, eos_ids=self.eos_ids, specials=self.specials)
-            out.append(
-                Prompt(
-                    tokens=tuple(int(t) for t in ids),
-                    settings=settings,
-                    stops=stops,
-                    request_index=k,
-                    outputs=tuple(copies[f]),
-                )
-            )
-        return out
 
     # ---- running --------------------------------------------------------------------------
     def run_prompts(
@@ -258,7 +205,7 @@ class Generator:
     ) -> list[list[int]]:
         """The generated token ids per request (a final stop token included), before decoding."""
         self.stats = {}
-        rows = self.run_prompts(self.prompts(requests, same=same))
+        rows = self.run_prompts(build_prompts(self.rules, requests, same=same))
         return [rows[i][0] for i in range(len(requests))]
 
     def generate_until(
@@ -277,7 +224,7 @@ class Generator:
         start = time.perf_counter()
         self.stats = {}
         with phases.phase("tokenize"):
-            prompts = self.prompts(requests, same=same)
+            prompts = build_prompts(self.rules, requests, same=same)
         by_output = {pos: pr for pr in prompts for pos in pr.outputs}
         compiled_before = self.executables.stats()
         bar = tqdm(
@@ -319,8 +266,8 @@ class Generator:
                     pr,
                     stops=stop_rows(
                         pr.settings.until,
-                        eos_ids=self.eos_ids,
-                        specials=self.specials,
+                        eos_ids=self.rules.eos_ids,
+                        specials=self.rules.specials,
                         device_strings=False,
                     ),
                 )

@@ -1,7 +1,8 @@
 """The continuous engine's schedule: which prompt goes into which engine row when, in which
-`admit` call, and when the live rows move into a smaller engine. Pure Python, no device: the run
-(`engine.run_continuous`) drives it with the rows the device reports done, and the planner
-(`jaxeval.plan.requests`) with the rows it expects done, so both follow one schedule.
+`admit` call, and when the live rows move into a smaller engine. Pure Python, no device: its
+rounds of typed calls (`calls.engine_rounds`) are what the run (`engine.run_continuous`) runs, with
+the rows the device reports done, and what a dry run (`jaxeval.lm.dry_run`, `jaxeval plan`) counts,
+with the rows it expects done, so both follow one schedule.
 
     schedule = Schedule(prompts, groups, rows=B, shards=S, config=gen_config)
     while schedule.busy:

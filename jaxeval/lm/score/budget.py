@@ -1,7 +1,8 @@
 """The scoring token budget: how many tokens one scoring batch holds, from the model's width and
 the memory a device has left.
 
-    auto_token_budget(spec, mesh, max_length, max_batch_size)   # a run's default (`JaxLM`)
+    auto_token_budget(spec, mesh, max_length, max_batch_size)   # a run's default, this device
+    run_token_budget(spec, free_bytes, shards, max_length, max_batch_size)   # ... on given memory
     token_budget_for(spec, free_bytes, shards, max_length, max_batch_size)   # the same rule for a
         device with `free_bytes` free: `jaxeval plan --topology` applies it to a TPU chip's HBM
         left after the parameters, so the plan compiles the buckets the run would
@@ -37,13 +38,20 @@ def auto_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int
     max_batch_size * max_length. With several processes the smallest of their budgets is used, so
     that all of them plan the same batches.
     """
-    return distributed.agree_min(_local_token_budget(spec, mesh, max_length, max_batch_size))
-
-
-def _local_token_budget(spec: Any, mesh: Any, max_length: int, max_batch_size: int) -> int:
     free = device_free_bytes(mesh)
-    shards = 1 if free is None else batch_shards(mesh)
-    return token_budget_for(spec, free, shards, max_length, max_batch_size)
+    shards = batch_shards(mesh) if free is not None else 1
+    return run_token_budget(spec, free, shards, max_length, max_batch_size)
+
+
+def run_token_budget(
+    spec: Any, free_bytes: int | None, shards: int, max_length: int, max_batch_size: int
+) -> int:
+    """A run's budget on devices with `free_bytes` free after the parameters (None: the CPU)
+    and `shards` batch shards: `token_budget_for`, the smallest over the run's processes."""
+    shards = shards if free_bytes is not None else 1  # the CPU's rule is for the whole host
+    return distributed.agree_min(
+        token_budget_for(spec, free_bytes, shards, max_length, max_batch_size)
+    )
 
 
 def device_free_bytes(mesh: Any) -> int | None:

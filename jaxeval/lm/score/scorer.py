@@ -2,7 +2,9 @@
 
     scorer = Scorer(model=spec, params=params, mesh=mesh, runtime=runtime, buckets=buckets)
     jobs = scorer.jobs(buckets)                     # what it compiles: one `Job` per bucket
-    loglik, greedy = scorer.run_plan(plan)          # float32[R], bool[R] in request order
+    for answers in scorer.run_plan(plan):           # one BatchAnswers per batch, as it finishes
+        answers.indices, answers.loglik, answers.greedy   # int[n], float32[n], bool[n]
+    loglik, greedy = answer_arrays(scorer.run_plan(plan), plan.n_requests)  # float32[R], bool[R]
 
 Batches are sharded over the mesh's batch axes (`data`, and `fsdp` when present); parameters keep
 the shardings they were loaded with; the outputs are small and replicated. Each batch shape is
@@ -23,8 +25,10 @@ reads the replicated outputs (`mesh.to_host`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import jax
@@ -34,7 +38,7 @@ from jax.sharding import Mesh
 from jaxeval.kernels.score import ScoreBatch, fast_vocab_chunk, score
 from jaxeval.lm.executables import Executables, Job
 from jaxeval.lm.score.buckets import Bucket, BucketSet, row_multiple_at
-from jaxeval.lm.score.planner import ScorePlan
+from jaxeval.lm.score.planner import PlannedScoreBatch, ScorePlan
 from jaxeval.models.contract import DecoderModel
 from jaxeval.models.runtime import Runtime
 from jaxeval.platform import distributed
@@ -46,6 +50,57 @@ from jaxeval.platform.mesh import (
     replicated,
     to_host,
 )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class BatchAnswers:
+    """One scored batch's answers, n of them (its used slots), as `run_plan` yields them.
+
+    indices      = [4, 0, 7]              request indices, int[n]
+    loglik       = [-3.2, -0.5, -11.0]    float32[n]   (NaN where the batch did not run)
+    greedy       = [False, True, False]   bool[n]
+    real_tokens  = 96                     non-padding tokens scored (0: not run)
+    dispatched_at = 1042.7                time.perf_counter() when handed to the device
+                                          (None: not run, its answers are the caller's)
+    """
+
+    indices: np.ndarray
+    loglik: np.ndarray
+    greedy: np.ndarray
+    real_tokens: int
+    dispatched_at: float | None
+
+    @property
+    def ran(self) -> bool:
+        return self.dispatched_at is not None
+
+
+def not_run(indices: np.ndarray) -> BatchAnswers:
+    """The `BatchAnswers` of a batch left out by `run_plan(skip=...)`: NaN / False, no tokens."""
+    n = indices.size
+    return BatchAnswers(
+        indices=indices,
+        loglik=np.full(n, np.nan, np.float32),
+        greedy=np.zeros(n, bool),
+        real_tokens=0,
+        dispatched_at=None,
+    )
+
+
+def answer_arrays(
+    batches: Iterable[BatchAnswers], n_requests: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every batch's answers in request order: (loglik float32[R], greedy bool[R]).
+
+    batches = [indices [2, 0], loglik [-1.5, -0.25]], [indices [1], loglik [-4.0]]
+    -> loglik [-0.25, -4.0, -1.5]
+    """
+    loglik = np.full(n_requests, np.nan, np.float32)
+    greedy = np.zeros(n_requests, bool)
+    for answers in batches:
+        loglik[answers.indices] = answers.loglik
+        greedy[answers.indices] = answers.greedy
+    return loglik, greedy
 
 
 def skipped(batch: Any, skip: Callable[[np.ndarray], bool]) -> bool:
@@ -170,63 +225,52 @@ class Scorer:
         return self.executables.stats()
 
     def run_plan(
-        self,
-        plan: ScorePlan,
-        *,
-        on_batch: Callable[[int, int], None] | None = None,
-        on_answers: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
-        skip: Callable[[np.ndarray], bool] | None = None,
-        on_dispatch: Callable[[], None] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Runs every batch of the plan; returns (loglik float32[R], is_greedy bool[R]) in request order.
+        self, plan: ScorePlan, *, skip: Callable[[np.ndarray], bool] | None = None
+    ) -> Iterator[BatchAnswers]:
+        """Runs the plan's batches in order, yielding one `BatchAnswers` per batch.
 
-        Batches are dispatched one ahead of the result fetch so the host never idles the device.
-        `on_batch(n_requests, real_tokens)` is called after each batch's results arrive, and
-        `on_answers(request indices int[n], loglik float32[n], is_greedy bool[n])` with them, and
-        `on_dispatch()` as each batch is handed to the device (its executable ready).
-        A batch whose request indices satisfy `skip(indices int[n])` is not run: its requests
-        count as answered and keep NaN / False (the caller holds their answers: a resumed run).
+        Batches are dispatched one ahead of the result fetch: a batch's answers are yielded once
+        the next batch is on the device, so the host never idles it while the caller stores
+        them. A batch whose request indices satisfy `skip(indices int[n])` is not run: it is
+        yielded at once with `ran` False, NaN / False answers and no tokens (the caller holds its
+        answers: a resumed run). After the last batch, every request must have been answered
+        exactly once (an `AssertionError` names the first that were not).
         """
-        loglik = np.full(plan.n_requests, np.nan, np.float32)
-        greedy = np.zeros(plan.n_requests, bool)
         answered = np.zeros(plan.n_requests, np.int64)
-        pending: list[tuple[Any, Any]] = []
+        pending: list[tuple[PlannedScoreBatch, Any, float]] = []
         if jax.process_count() > 1:
             distributed.check_same("loglikelihood plan", score_plan_digest(plan))
         self.compile_async(plan.shapes)
 
-        def collect(item):
-            pb, out = item
+        def fetched(pb: PlannedScoreBatch, out: Any, dispatched_at: float) -> BatchAnswers:
             ll, gr = to_host(out)
             used = pb.slot_request >= 0
-            idx = pb.slot_request[used]
-            loglik[idx] = ll[used]
-            greedy[idx] = gr[used]
-            np.add.at(answered, idx, 1)
-            if on_answers is not None:
-                on_answers(idx, ll[used], gr[used])
-            if on_batch is not None:
-                on_batch(int(used.sum()), pb.real_tokens)
+            return BatchAnswers(
+                indices=pb.slot_request[used],
+                loglik=ll[used],
+                greedy=gr[used],
+                real_tokens=pb.real_tokens,
+                dispatched_at=dispatched_at,
+            )
+
+        def counted(answers: BatchAnswers) -> BatchAnswers:
+            np.add.at(answered, answers.indices, 1)
+            return answers
 
         for pb in plan.batches:
             if skip is not None and skipped(pb, skip):
-                idx = pb.slot_request[pb.slot_request >= 0]
-                np.add.at(answered, idx, 1)
-                if on_batch is not None:
-                    on_batch(int(idx.size), 0)
+                yield counted(not_run(pb.slot_request[pb.slot_request >= 0]))
                 continue
             fn = self.compiled(pb.bucket)
             batch = put_global(pb.batch, self.batch_sharding(pb.bucket))
-            if on_dispatch is not None:
-                on_dispatch()
-            pending.append((pb, fn(self.params, batch)))
+            dispatched_at = time.perf_counter()
+            pending.append((pb, fn(self.params, batch), dispatched_at))
             if len(pending) > 1:
-                collect(pending.pop(0))
+                yield counted(fetched(*pending.pop(0)))
         for item in pending:
-            collect(item)
+            yield counted(fetched(*item))
         if not np.all(answered == 1):
             bad = np.flatnonzero(answered != 1)[:10]
             raise AssertionError(
                 f"requests {bad.tolist()} were answered {answered[bad].tolist()} times"
             )
-        return loglik, greedy

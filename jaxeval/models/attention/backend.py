@@ -6,17 +6,22 @@ things a platform may do its own way:
 
     block_size(T, override)   the query/key block of a packed row of T tokens (0: dense scores)
     cache_block               cache slots per block when a call reads the KV cache
-    packed(q, k, v, mask, *, scale, softcap, block, init, q_blocks)
+    packed(q, k, v, mask, *, scale, softcap, block, init, q_blocks, mesh)
                               a packed row's attention under `mask` (`Mask`), its online softmax
                               continuing from `init` (scoring rows; a prefill's own keys); with
                               `q_blocks`, only those query blocks of the row (a device's share
                               under sequence parallelism)
-    cache_state(q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions, index, *,
-                window, scale, softcap)
-                              the online-softmax state of T queries over the cache's slots before
-                              `index` (a decode step: each row's written slots)
-    write_slots(k_cache, v_cache, k, v, index)
-                              this call's keys and values written into the cache at `index`
+    cache_state(q, cache, layer, q_positions, index, *, window, scale, softcap, mesh)
+                              the online-softmax state of T queries over layer `layer` of the
+                              cache's slots before `index` (a decode step: each row's written
+                              slots)
+    write_slots(cache, k, v, index, *, mesh)
+                              the cache with this call's keys and values at `index`
+
+The cache travels as one `KVCache` (`models.contract`: k, v and the slots' valid flags and
+positions), never as loose arrays: a backend reads the bookkeeping it needs from it. `mesh` is the devices the operands are spread over (`Runtime.rows_mesh`, the runtime's mesh;
+None: one device's arrays, e.g. inside a `jax.shard_map`): a backend that shards its kernels
+itself (`tpu`) runs them over it, the others ignore it. No backend holds a mesh of its own.
 
 Every method is total: every backend answers every call. A backend whose kernel does not apply to
 some operands (a dtype, a layout, a prefill) calls the reference function for them itself
@@ -30,10 +35,11 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-import jax
+from jax.sharding import Mesh
 
+from jaxeval.models.contract import KVCache
 from jaxeval.ops.attention.mask import Mask, State
-from jaxeval.shapes import Bool, Float, Int, pow2_at_most
+from jaxeval.shapes import Float, Int, pow2_at_most
 
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
 IntAq = Int["Aq"]
@@ -64,6 +70,7 @@ class AttentionBackend(Protocol):
         block: int,
         init: State | None,
         q_blocks: IntAq | None = None,
+        mesh: Mesh | None = None,
     ) -> Float["B T H E"]:
         """`reference.blocked_attend`'s output: packed rows under `mask`, the online softmax
         starting from `init` (None: no keys seen), in blocks of `block` where blocks apply.
@@ -74,17 +81,15 @@ class AttentionBackend(Protocol):
     def cache_state(
         self,
         q: Float["B T H E"],
-        k_cache: Float["L B G E C"],
-        v_cache: Float["L B G C E"],
+        cache: KVCache,
         layer: Int[""],
-        slot_valid: Bool["B C"],
-        slot_positions: Int["B C"],
         q_positions: Int["B T"],
         index: Int[""] | IntB,
         *,
         window: Int[""] | None,
         scale: Float[""],
         softcap: float | None,
+        mesh: Mesh | None = None,
     ) -> State:
         """`reference.cache_state`: the online-softmax state ([B, G, X, T]) of the T queries at
         slots [index, index + T) over layer `layer`'s valid slots before each row's index."""
@@ -92,13 +97,14 @@ class AttentionBackend(Protocol):
 
     def write_slots(
         self,
-        k_cache: Float["L B G E C"],
-        v_cache: Float["L B G C E"],
+        cache: KVCache,
         k: Float["L B T G E"],
         v: Float["L B T G E"],
         index: Int[""] | IntB,
-    ) -> tuple[jax.Array, jax.Array]:
-        """`reference.write_slots`: the caches with k, v at slots [index, index + T) of every row
+        *,
+        mesh: Mesh | None = None,
+    ) -> KVCache:
+        """`reference.write_slots`: the cache with k, v at slots [index, index + T) of every row
         (slots past C dropped)."""
         ...
 
@@ -115,8 +121,8 @@ def block_rule(
     return max(min_block, min(max_block, pow2_at_most(length // 4)))
 
 
-def is_decode_step(q: Float["B T H E"], k_cache: Float["L B G E C"]) -> bool:
+def is_decode_step(q: Float["B T H E"], cache: KVCache) -> bool:
     """Whether `cache_state` is a decode step a decode kernel takes: one query per row, a cache of
     slots with one row per query row (a shared prefix's single row is read by every query row
     through the reference instead)."""
-    return q.shape[1] == 1 and k_cache.shape[1] == q.shape[0] and k_cache.shape[4] > 0
+    return q.shape[1] == 1 and cache.k.shape[1] == q.shape[0] and cache.k.shape[4] > 0

@@ -78,8 +78,7 @@ def select_attention(mesh: Mesh | None, setting: str | None = None) -> Attention
     if value == "xla":
         return XLA
     if value == "tpu":
-        many = mesh if len(devices) > 1 else None
-        return TpuAttention(interpret=platforms != {"tpu"}, mesh=many)
+        return TpuAttention(interpret=platforms != {"tpu"})
     if value == "gpu":
         return GpuAttention(implementation=None if platforms - {"cpu"} else "xla")
     if not on_cpu:

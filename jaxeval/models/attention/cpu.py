@@ -38,7 +38,7 @@ class CpuAttention:
     def block_size(self, length: int, block: int | None = None) -> int:
         return block_rule(length, block, min_length=self.min_length, max_block=self.max_block)
 
-    def packed(self, q, k, v, mask, *, scale, softcap, block, init, q_blocks=None):
+    def packed(self, q, k, v, mask, *, scale, softcap, block, init, q_blocks=None, mesh=None):
         if q_blocks is not None or not _float32(q, k, v):
             return reference.blocked_attend(
                 q, k, v, mask, scale=scale, softcap=softcap, block=block, init=init,
@@ -50,22 +50,22 @@ class CpuAttention:
             init = reference.online_init((b, g, h // g, t), e)
         return cpu_kernels.cpu_packed(q, k, v, mask, scale=scale, softcap=softcap, init=init)
 
-    def cache_state(self, q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions,
-                    index, *, window, scale, softcap):  # fmt: skip
-        if not (is_decode_step(q, k_cache) and _float32(q, k_cache, v_cache)):
+    def cache_state(self, q, cache, layer, q_positions, index, *, window, scale, softcap,
+                    mesh=None):  # fmt: skip
+        if not (is_decode_step(q, cache) and _float32(q, cache.k, cache.v)):
             return reference.cache_state(
-                q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions, index,
-                window=window, scale=scale, softcap=softcap, block=self.cache_block,
+                q, cache, layer, q_positions, index, window=window, scale=scale, softcap=softcap,
+                block=self.cache_block,
             )  # fmt: skip
         bound = jnp.broadcast_to(jnp.asarray(index, jnp.int32), q.shape[:1])  # [B]
         state = cpu_kernels.cpu_decode_state(
-            reference.merged_queries(q, k_cache.shape[2]), k_cache, v_cache, layer, bound,
-            slot_valid, slot_positions, q_positions[:, 0], window, scale, softcap,
+            reference.merged_queries(q, cache.k.shape[2]), cache, layer, bound,
+            q_positions[:, 0], window, scale, softcap,
         )  # fmt: skip
         return reference.split_state(state, 1)
 
-    def write_slots(self, k_cache, v_cache, k, v, index):
-        return reference.write_slots(k_cache, v_cache, k, v, index)
+    def write_slots(self, cache, k, v, index, *, mesh=None):
+        return reference.write_slots(cache, k, v, index)
 
 
 CPU = CpuAttention()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxeval.models.contract import KVCache
 from jaxeval.models.layers import HIGHEST
 from jaxeval.ops.attention.mask import MASKED, Mask, State, block_visibility
 from jaxeval.shapes import Bool, Float, Int
@@ -260,11 +261,8 @@ def split_state(state: State, t: int) -> State:
 
 def cache_state(
     q: Float["B T H E"],
-    k_cache: Float["L B G E C"],
-    v_cache: Float["L B G C E"],
+    cache: KVCache,
     layer: Int[""],
-    slot_valid: Bool["B C"],
-    slot_positions: Int["B C"],
     q_positions: Int["B T"],
     index: Int[""] | IntB,
     *,
@@ -274,7 +272,8 @@ def cache_state(
     block: int,
 ) -> State:
     """The online-softmax state ([B, G, X, T]) of T queries at slots [index, index + T) over layer
-    `layer` of a stacked cache holding the slots before `index` (`XlaAttention.cache_state`).
+    `layer` of a stacked cache (`KVCache`: k [L, B, G, E, C], v [L, B, G, C, E], valid and
+    positions [B, C]) holding the slots before `index` (`XlaAttention.cache_state`).
 
     `index` is one slot for every row ([]) or each row's own ([B], continuous batching: rows that
     started at different times). Walks cache blocks of `block` slots with an online softmax and
@@ -282,9 +281,10 @@ def cache_state(
     the empty tail; a row's slots at or past its own index are masked (a block wholly masked for a
     row leaves its online-softmax state bit for bit unchanged). The last block is slid back to end
     at C when C is not a multiple of `block` (its already-seen slots masked), so no block reads past
-    the cache. A cache of one row (`k_cache` [L, 1, G, E, C]: a shared prefix,
+    the cache. A cache of one row (`cache.k` [L, 1, G, E, C]: a shared prefix,
     `decoder.forward_new`) is read by all B query rows; C = 0 is no cache (no key seen).
     """
+    k_cache, v_cache, slot_valid, slot_positions = cache
     b, t, h, e = q.shape
     bc, g, c = k_cache.shape[1], k_cache.shape[2], k_cache.shape[4]
     r = h // g
@@ -328,9 +328,7 @@ def new_keys(
     q: Float["B T H E"],
     k_new: Float["B T G E"],
     v_new: Float["B T G E"],
-    k_cache: Float["L B G E C"],
-    v_cache: Float["L B G C E"],
-    slot_valid: Bool["B C"],
+    cache: KVCache,
     q_positions: Int["B T"],
     index: Int[""] | IntB,
     *,
@@ -338,18 +336,18 @@ def new_keys(
     new_valid: Bool["B T"] | None = None,
 ) -> tuple[Float["B T G E"], Float["B T G E"], Mask]:
     """A cached call's own keys and values as the cache would hold them (its dtype, then q's), and
-    their `Mask`: the valid new keys (`slot_valid` at slots index + t, already holding this call's
-    entries, or `new_valid` when given) as one segment, causal among themselves, within the window
-    on `q_positions`."""
+    their `Mask`: the valid new keys (`cache.valid` at slots index + t, already holding this
+    call's entries, or `new_valid` when given) as one segment, causal among themselves, within the
+    window on `q_positions`."""
     b, t = q.shape[:2]
-    c = k_cache.shape[4]
+    c = cache.k.shape[4]
     dtype = q.dtype
-    k_new = k_new.astype(k_cache.dtype).astype(dtype)
-    v_new = v_new.astype(v_cache.dtype).astype(dtype)
+    k_new = k_new.astype(cache.k.dtype).astype(dtype)
+    v_new = v_new.astype(cache.v.dtype).astype(dtype)
     if new_valid is None:
         row_index = jnp.broadcast_to(jnp.asarray(index, jnp.int32), (b,))  # [B]
         new_slots = jnp.minimum(row_index[:, None] + jnp.arange(t, dtype=jnp.int32), c - 1)
-        new_valid = jnp.take_along_axis(slot_valid, new_slots, axis=1)  # [B, T]
+        new_valid = jnp.take_along_axis(cache.valid, new_slots, axis=1)  # [B, T]
     segment = new_valid.astype(jnp.int32)  # valid new keys: one segment, causal
     return k_new, v_new, Mask(segment, jnp.zeros_like(segment), q_positions, window)
 
@@ -380,11 +378,8 @@ def attend_new_keys(
 
 def cache_attend(
     q: Float["B T H E"],
-    k_cache: Float["L B G E C"],
-    v_cache: Float["L B G C E"],
+    cache: KVCache,
     layer: Int[""],
-    slot_valid: Bool["B C"],
-    slot_positions: Int["B C"],
     q_positions: Int["B T"],
     index: Int[""] | IntB,
     k_new: Float["B T G E"],
@@ -410,15 +405,14 @@ def cache_attend(
     `cache_state` and `packed`; this is what every such composition equals.
     """
     state = cache_state(
-        q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions, index,
-        window=window, scale=scale, softcap=softcap, block=block,
+        q, cache, layer, q_positions, index, window=window, scale=scale, softcap=softcap,
+        block=block,
     )  # fmt: skip
     if sinks is not None:
         state = fold_sinks(state, sinks)
     k_new, v_new, mask = new_keys(
-        q, k_new, v_new, k_cache, v_cache, slot_valid, q_positions, index,
-        window=window, new_valid=new_valid,
-    )  # fmt: skip
+        q, k_new, v_new, cache, q_positions, index, window=window, new_valid=new_valid
+    )
     if new_block:
         return blocked_attend(
             q, k_new, v_new, mask, scale=scale, softcap=softcap, block=new_block, init=state
@@ -427,18 +421,19 @@ def cache_attend(
 
 
 def write_slots(
-    k_cache: Float["L B G E C"],
-    v_cache: Float["L B G C E"],
+    cache: KVCache,
     k: Float["L B T G E"],
     v: Float["L B T G E"],
     index: Int[""] | IntB,
-) -> tuple[jax.Array, jax.Array]:
-    """The caches with this call's keys and values at slots [index, index + T) (`index`: one slot
-    for all rows, a `dynamic_update_slice`; or one per row, a scatter dropping slots past C):
+) -> KVCache:
+    """The cache with this call's keys and values at slots [index, index + T) of k and v
+    (`index`: one slot for all rows, a `dynamic_update_slice`; or one per row, a scatter dropping
+    slots past C); its valid and positions as given (the caller's, already holding this call's):
 
         index [5, 2]:  row 0 writes slot 5 (then 6, ...), row 1 slot 2 (then 3, ...)
 
     k and v already hold the cache's dtype."""
+    k_cache, v_cache = cache.k, cache.v
     index = jnp.asarray(index, jnp.int32)
     if index.ndim == 1:  # k_cache[:, r, :, :, index[r] + t] <- k[:, r, t]: indexed axes first
         b, t = k.shape[1], k.shape[2]
@@ -447,9 +442,10 @@ def write_slots(
         k_rows = jnp.transpose(k, (1, 2, 0, 3, 4))  # [B, T, L, G, E]
         v_rows = jnp.transpose(v, (1, 2, 0, 3, 4))
         k_cache = k_cache.at[:, rows, :, :, slots].set(k_rows, mode="drop")
-        return k_cache, v_cache.at[:, rows, :, slots].set(v_rows, mode="drop")
+        return cache._replace(k=k_cache, v=v_cache.at[:, rows, :, slots].set(v_rows, mode="drop"))
     zero = jnp.zeros((), jnp.int32)
     k_t = jnp.transpose(k, (0, 1, 3, 4, 2))  # [L, B, G, E, T]
     v_t = jnp.transpose(v, (0, 1, 3, 2, 4))  # [L, B, G, T, E]
     k_cache = jax.lax.dynamic_update_slice(k_cache, k_t, (zero, zero, zero, zero, index))
-    return k_cache, jax.lax.dynamic_update_slice(v_cache, v_t, (zero, zero, zero, index, zero))
+    v_cache = jax.lax.dynamic_update_slice(v_cache, v_t, (zero, zero, zero, index, zero))
+    return cache._replace(k=k_cache, v=v_cache)

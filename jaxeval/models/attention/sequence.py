@@ -73,12 +73,6 @@ def sequence_split(mesh: Mesh | None, *, rows: int, length: int, block: int) -> 
     return Split(mesh=mesh, ways=n, length=length, block=q)
 
 
-def device_backend(backend: AttentionBackend) -> AttentionBackend:
-    """`backend` as each device runs it inside a `jax.shard_map`: its own mesh dropped (a
-    backend that shards its kernels itself must not do so again on one device's arrays)."""
-    return dataclasses.replace(backend, mesh=None) if hasattr(backend, "mesh") else backend
-
-
 def shard_map_given(fn: Any, mesh: Mesh, args: tuple, specs: tuple, out_specs: Any) -> Any:
     """`jax.shard_map` of `fn(*args)` over the arguments that are not None (`fn` sees None in the
     places of the others; `specs` has an entry for every argument)."""
@@ -172,7 +166,6 @@ class Split:
 
         heads = logical_sharding(self.mesh, ("kv_heads",), (k.shape[2],)).spec[0]
         axes, entry = self.axes, batch_entry(self.mesh)
-        local_backend = device_backend(backend)
         window = mask.window
 
         def local(q, k, v, segment, parent, positions, window, scale, sinks, init):
@@ -183,7 +176,7 @@ class Split:
                 b, t, h, e = q.shape
                 g = k.shape[2]
                 init = reference.fold_sinks(reference.online_init((b, g, h // g, t), e), sinks)
-            return local_backend.packed(
+            return backend.packed(  # one device's arrays: no mesh
                 q, k_all, v_all, Mask(segment, parent, positions, window),
                 scale=scale, softcap=softcap, block=self.block, init=init,
                 q_blocks=self.query_blocks(device),

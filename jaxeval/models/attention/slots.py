@@ -2,9 +2,9 @@
 
     split = slots_split(mesh, rows=B, slots=C)     # None: the rows split over the devices
     split.shardings(heads)                         # k, v: C over the batch axes; flags whole
-    state = split.cache_state(backend, q, k_cache, v_cache, layer, valid, positions, ...)
-    k_cache, v_cache = split.write_slots(k_cache, v_cache, k, v, index)
-    k_cache, v_cache = split.install(k_cache, v_cache, k_new, v_new, dst, src, start, prefix)
+    state = split.cache_state(backend, q, cache, layer, q_positions, index, ...)
+    cache = split.write_slots(backend, cache, k, v, index)
+    cache = split.install(cache, k_new, v_new, dst, src, start, prefix)
 
 **When.** A generation engine keeps each row's cache on one device when its B rows divide over
 the n devices of the batch axes. A row longer than one device's memory holds (131,072 slots of
@@ -37,10 +37,11 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxeval.models.attention.backend import AttentionBackend
-from jaxeval.models.attention.sequence import device_backend, shard_map_given
+from jaxeval.models.attention.sequence import shard_map_given
+from jaxeval.models.contract import KVCache
 from jaxeval.ops.attention.mask import State
 from jaxeval.platform.mesh import batch_axes, batch_entry, batch_shards, constrain_to
-from jaxeval.shapes import Bool, Float, Int
+from jaxeval.shapes import Float, Int
 
 LANE = 128  # slots per device come in whole multiples of this (a TPU lane width)
 
@@ -94,23 +95,24 @@ class SlotSplit:
     def shardings(self, g: int) -> tuple[NamedSharding, NamedSharding, NamedSharding]:
         return tuple(NamedSharding(self.mesh, s) for s in self.specs(g))  # type: ignore[return-value]
 
-    def constrain(self, k_cache: jax.Array, v_cache: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Inside a jitted kernel: the caches pinned to the split."""
-        k_s, v_s, _ = self.shardings(k_cache.shape[2])
-        return constrain_to(k_cache, k_s), constrain_to(v_cache, v_s)
+    def constrain(self, cache: KVCache) -> KVCache:
+        """Inside a jitted kernel: the cache's keys and values pinned to the split."""
+        k_s, v_s, _ = self.shardings(cache.k.shape[2])
+        return cache._replace(k=constrain_to(cache.k, k_s), v=constrain_to(cache.v, v_s))
 
     def _device(self) -> jax.Array:
         return jax.lax.axis_index(self.axes)
+
+    def cache_specs(self, g: int) -> KVCache:
+        """The split cache's PartitionSpecs, field by field (`specs`)."""
+        return KVCache(*self.specs(g), P())
 
     def cache_state(
         self,
         backend: AttentionBackend,
         q: Float["B T H E"],
-        k_cache: Float["L B G E C"],
-        v_cache: Float["L B G C E"],
+        cache: KVCache,
         layer: Int[""],
-        slot_valid: Bool["B C"],
-        slot_positions: Int["B C"],
         q_positions: Int["B T"],
         index: Int[""] | IntB,
         *,
@@ -120,21 +122,19 @@ class SlotSplit:
     ) -> State:
         """`backend.cache_state` over the split cache: each device over its own slots, the states
         merged (module docstring)."""
-        g = k_cache.shape[2]
-        k_spec, v_spec, _ = self.specs(g)
-        heads = k_spec[2]
+        cache_spec = self.cache_specs(cache.k.shape[2])
+        heads = cache_spec.k[2]
         axes, n_local = self.axes, self.local
-        local_backend = device_backend(backend)
         b = q.shape[0]
 
-        def local(q, k_cache, v_cache, layer, valid, positions, q_positions, index, window, scale):
+        def local(q, cache, layer, q_positions, index, window, scale):
             offset = self._device() * n_local
-            valid = jax.lax.dynamic_slice_in_dim(valid, offset, n_local, axis=1)
-            positions = jax.lax.dynamic_slice_in_dim(positions, offset, n_local, axis=1)
+            valid = jax.lax.dynamic_slice_in_dim(cache.valid, offset, n_local, axis=1)
+            positions = jax.lax.dynamic_slice_in_dim(cache.positions, offset, n_local, axis=1)
             row_index = jnp.broadcast_to(jnp.asarray(index, jnp.int32), (b,))
             here = jnp.clip(row_index - offset, 0, n_local)
-            m, total, acc = local_backend.cache_state(
-                q, k_cache, v_cache, layer, valid, positions, q_positions, here,
+            m, total, acc = backend.cache_state(  # one device's slots: no mesh
+                q, cache._replace(valid=valid, positions=positions), layer, q_positions, here,
                 window=window, scale=scale, softcap=softcap,
             )  # fmt: skip
             top = jax.lax.pmax(m, axes)
@@ -143,100 +143,98 @@ class SlotSplit:
             acc = jax.lax.psum(acc * c[..., None], axes)
             return top, total, acc
 
-        args = (q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions, index)
-        args += (window, scale)
-        specs = (P(None, None, heads, None), k_spec, v_spec, P(), P(), P(), P(), P(), P(), P())
+        args = (q, cache, layer, q_positions, index, window, scale)
+        specs = (P(None, None, heads, None), cache_spec, P(), P(), P(), P(), P())
         state = P(None, heads, None, None)
         out = (state, state, P(None, heads, None, None, None))
         return shard_map_given(local, self.mesh, args, specs, out)
 
-    def _put(self, k_cache, v_cache, k_rows, v_rows, rows, slots, layer=None):
-        """Local write: k_rows [R, T, L, G, E] at (rows [R, 1], global slots [R or 1, T]); slots
-        outside this device's piece, and rows past B, are dropped. `layer`: k_rows [R, T, 1, G,
-        E] hold that layer alone."""
+    def _put(self, cache: KVCache, k_rows, v_rows, rows, slots, layer=None) -> KVCache:
+        """Local write into this device's slots of `cache`: k_rows [R, T, L, G, E] at (rows
+        [R, 1], global slots [R or 1, T]); slots outside this device's piece, and rows past B,
+        are dropped. `layer`: k_rows [R, T, 1, G, E] hold that layer alone. The flags are left
+        as they are."""
         n_local = self.local
         here = slots - self._device() * n_local
         here = jnp.where((here >= 0) & (here < n_local), here, n_local)
+        k, v = cache.k, cache.v
         if layer is not None:  # the indexed axes (layer, row, slot) go first in the update
-            k_cache = k_cache.at[layer, rows, :, :, here].set(
-                k_rows[:, :, 0].astype(k_cache.dtype), mode="drop"
-            )
-            v_cache = v_cache.at[layer, rows, :, here].set(
-                v_rows[:, :, 0].astype(v_cache.dtype), mode="drop"
-            )
-            return k_cache, v_cache
-        k_cache = k_cache.at[:, rows, :, :, here].set(k_rows.astype(k_cache.dtype), mode="drop")
-        v_cache = v_cache.at[:, rows, :, here].set(v_rows.astype(v_cache.dtype), mode="drop")
-        return k_cache, v_cache
+            k = k.at[layer, rows, :, :, here].set(k_rows[:, :, 0].astype(k.dtype), mode="drop")
+            v = v.at[layer, rows, :, here].set(v_rows[:, :, 0].astype(v.dtype), mode="drop")
+            return cache._replace(k=k, v=v)
+        k = k.at[:, rows, :, :, here].set(k_rows.astype(k.dtype), mode="drop")
+        v = v.at[:, rows, :, here].set(v_rows.astype(v.dtype), mode="drop")
+        return cache._replace(k=k, v=v)
 
     def write_slots(
         self,
         backend: AttentionBackend,
-        k_cache: Float["L B G E C"],
-        v_cache: Float["L B G C E"],
+        cache: KVCache,
         k: Float["L B T G E"],
         v: Float["L B T G E"],
         index: Int[""] | IntB,
-    ) -> tuple[jax.Array, jax.Array]:
+    ) -> KVCache:
         """`backend.write_slots` on the split cache: each device writes the slots it holds. A
         decode step (one key per row) goes through the backend's own write (the TPU's one-slot
         updates), a row whose slot another device holds given the slot past this device's piece,
         which every backend drops (a read of the old value instead makes the TPU compiler copy
         the whole cache every step); longer writes scatter, dropping the slots held elsewhere."""
-        g = k_cache.shape[2]
-        k_spec, v_spec, _ = self.specs(g)
-        heads = k_spec[2]
+        cache_spec = self.cache_specs(cache.k.shape[2])
+        heads = cache_spec.k[2]
         b, t = k.shape[1], k.shape[2]
         n_local = self.local
-        local_backend = device_backend(backend)
 
-        def local(k_cache, v_cache, k, v, index):
+        def local(cache, k, v, index):  # this device's slots
             row_index = jnp.broadcast_to(jnp.asarray(index, jnp.int32), (b,))
             rows = jnp.arange(b, dtype=jnp.int32)[:, None]  # [B, 1]
             if t == 1:  # a slot held elsewhere: past this piece, which every backend drops
                 here = row_index - self._device() * n_local
                 inside = (here >= 0) & (here < n_local)  # [B]
                 at = jnp.where(inside, here, n_local)
-                return local_backend.write_slots(k_cache, v_cache, k, v, at)
+                written = backend.write_slots(cache, k, v, at)  # one device's slots: no mesh
+                return written.k, written.v
             slots = row_index[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]  # [B, T]
             k_rows = jnp.transpose(k, (1, 2, 0, 3, 4))  # [B, T, L, G, E]
             v_rows = jnp.transpose(v, (1, 2, 0, 3, 4))
-            return self._put(k_cache, v_cache, k_rows, v_rows, rows, slots)
+            written = self._put(cache, k_rows, v_rows, rows, slots)
+            return written.k, written.v
 
         new = P(None, None, None, heads, None)
-        args, specs = (k_cache, v_cache, k, v, index), (k_spec, v_spec, new, new, P())
-        return shard_map_given(local, self.mesh, args, specs, (k_spec, v_spec))
+        args, specs = (cache, k, v, index), (cache_spec, new, new, P())
+        out = (cache_spec.k, cache_spec.v)
+        keys, values = shard_map_given(local, self.mesh, args, specs, out)
+        return cache._replace(k=keys, v=values)
 
     def install(
         self,
-        k_cache: Float["L B G E C"],
-        v_cache: Float["L B G C E"],
+        cache: KVCache,
         k_new: Float["L U P G E"],
         v_new: Float["L U P G E"],
         dst: IntR,
         src: IntR,
         start: Int[""],
-        prefix: tuple[jax.Array, jax.Array] | None = None,
+        prefix: KVCache | None = None,
         *,
         chunk: int = 0,
-    ) -> tuple[jax.Array, jax.Array]:
-        """Engine rows `dst` <- the prefix's slots [0, S') (`prefix`: its k [L, 1, G, E, S'] and
-        v [L, 1, G, S', E], replicated) and then prompt src[r]'s keys/values at slots
-        [start, start + P) (module docstring: the pieces go round). dst = B entries and slots
-        past C are dropped. `chunk` > 0: the prompts' tokens come in the zig-zag device order of
-        their token split (`attention.sequence`: device d holds chunks d and 2n - 1 - d of
-        `chunk` tokens), each device's piece its own two chunks."""
-        g = k_cache.shape[2]
-        k_spec, v_spec, _ = self.specs(g)
-        heads = k_spec[2]
+    ) -> KVCache:
+        """`cache` with engine rows `dst` <- the prefix's slots [0, S') (`prefix`: one row, its k
+        [L, 1, G, E, S'] and v [L, 1, G, S', E], replicated) and then prompt src[r]'s
+        keys/values at slots [start, start + P) (module docstring: the pieces go round); its
+        flags as given (the caller writes them: whole on every device). dst = B entries and
+        slots past C are dropped. `chunk` > 0: the prompts' tokens come in the zig-zag device
+        order of their token split (`attention.sequence`: device d holds chunks d and
+        2n - 1 - d of `chunk` tokens), each device's piece its own two chunks."""
+        cache_spec = self.cache_specs(cache.k.shape[2])
+        heads = cache_spec.k[2]
         n, axes = self.ways, self.axes
         p = k_new.shape[2]
         pieces = p % n == 0 or chunk > 0
         width = p // n if pieces else p
 
-        def local(k_cache, v_cache, k_new, v_new, dst, src, start, k_pre, v_pre):
+        def local(cache, k_new, v_new, dst, src, start, prefix):
             rows = dst[:, None]
-            if k_pre is not None:  # the prefix: its slots into every admitted row
+            if prefix is not None:  # the prefix: its slots into every admitted row
+                k_pre, v_pre = prefix.k, prefix.v
                 sp, r = k_pre.shape[4], dst.shape[0]
                 lead = (r, sp, k_pre.shape[0], k_pre.shape[2])  # [R, S, L, G]
                 k_rows = jnp.broadcast_to(
@@ -246,11 +244,10 @@ class SlotSplit:
                     jnp.transpose(v_pre[:, 0], (2, 0, 1, 3))[None], (*lead, v_pre.shape[4])
                 )
                 slots = jnp.arange(sp, dtype=jnp.int32)[None, :]
-                k_cache, v_cache = self._put(k_cache, v_cache, k_rows, v_rows, rows, slots)
+                cache = self._put(cache, k_rows, v_rows, rows, slots)
             device = self._device()
 
-            def one_layer(layer, caches):  # a layer's pieces go round: two in memory at a time
-                k_cache, v_cache = caches
+            def one_layer(layer, cache):  # a layer's pieces go round: two in memory at a time
                 k_piece = jax.lax.dynamic_index_in_dim(k_new, layer, 0, keepdims=False)
                 v_piece = jax.lax.dynamic_index_in_dim(v_new, layer, 0, keepdims=False)
                 for step in range(n if pieces else 1):
@@ -269,18 +266,18 @@ class SlotSplit:
                     slots = (jnp.asarray(start, jnp.int32) + tokens)[None, :]  # a piece's
                     k_rows = jnp.take(k_piece, src, axis=0)[:, :, None]  # R, piece, 1, G, E
                     v_rows = jnp.take(v_piece, src, axis=0)[:, :, None]
-                    k_cache, v_cache = self._put(
-                        k_cache, v_cache, k_rows, v_rows, rows, slots, layer=layer
-                    )
-                return k_cache, v_cache
+                    cache = self._put(cache, k_rows, v_rows, rows, slots, layer=layer)
+                return cache
 
-            k_cache, v_cache = jax.lax.fori_loop(0, k_new.shape[0], one_layer, (k_cache, v_cache))
-            return k_cache, v_cache
+            cache = jax.lax.fori_loop(0, k_new.shape[0], one_layer, cache)
+            return cache.k, cache.v
 
-        if prefix is None or not prefix[0].shape[4]:  # no prefix slots to write
-            prefix = (None, None)
+        if prefix is None or not prefix.k.shape[4]:  # no prefix slots to write
+            prefix = None
         new = P(None, None, batch_entry(self.mesh) if pieces else None, heads, None)
         pre = P(None, None, heads, None, None)
-        args = (k_cache, v_cache, k_new, v_new, dst, src, start, *prefix)
-        specs = (k_spec, v_spec, new, new, P(), P(), P(), pre, pre)
-        return shard_map_given(local, self.mesh, args, specs, (k_spec, v_spec))
+        args = (cache, k_new, v_new, dst, src, start, prefix)
+        specs = (cache_spec, new, new, P(), P(), P(), KVCache(pre, pre, P(), P()))
+        out = (cache_spec.k, cache_spec.v)
+        keys, values = shard_map_given(local, self.mesh, args, specs, out)
+        return cache._replace(k=keys, v=values)

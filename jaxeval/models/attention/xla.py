@@ -35,20 +35,20 @@ class XlaAttention:
     def block_size(self, length: int, block: int | None = None) -> int:
         return block_rule(length, block, min_length=self.min_length, max_block=self.max_block)
 
-    def packed(self, q, k, v, mask, *, scale, softcap, block, init, q_blocks=None):
+    def packed(self, q, k, v, mask, *, scale, softcap, block, init, q_blocks=None, mesh=None):
         return reference.blocked_attend(
             q, k, v, mask, scale=scale, softcap=softcap, block=block, init=init, q_blocks=q_blocks
         )
 
-    def cache_state(self, q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions,
-                    index, *, window, scale, softcap):  # fmt: skip
+    def cache_state(self, q, cache, layer, q_positions, index, *, window, scale, softcap,
+                    mesh=None):  # fmt: skip
         return reference.cache_state(
-            q, k_cache, v_cache, layer, slot_valid, slot_positions, q_positions, index,
-            window=window, scale=scale, softcap=softcap, block=self.cache_block,
+            q, cache, layer, q_positions, index, window=window, scale=scale, softcap=softcap,
+            block=self.cache_block,
         )  # fmt: skip
 
-    def write_slots(self, k_cache, v_cache, k, v, index):
-        return reference.write_slots(k_cache, v_cache, k, v, index)
+    def write_slots(self, cache, k, v, index, *, mesh=None):
+        return reference.write_slots(cache, k, v, index)
 
 
 XLA = XlaAttention()

@@ -11,7 +11,8 @@ Modules:
     family.py   `Family`, the row type
     config.py   reading a config: `Field` / `When`, rope parameters, sliding layers, shared fields
     dense.py    the Llama-style builder and `Decoder`, a family's differences from Llama as values
-    experts.py  the MoE builders and `Experts`, a family's routing as values; DeepSeek's MLA
+    routing.py  `Experts`, an MoE family's routing as values, and the `MoESpec` it reads
+    moe.py      the MoE builders: Llama-style attention or DeepSeek's latent attention (MLA)
     bespoke.py  Falcon and GPT-2, whose configs name their fields their own way
 """
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jaxeval.errors import JaxevalError
 from jaxeval.models.families.config import (
@@ -31,10 +31,8 @@ from jaxeval.models.families.config import (
     rotary_dim,
     windows,
 )
+from jaxeval.models.families.routing import Experts
 from jaxeval.models.spec import ModelSpec
-
-if TYPE_CHECKING:
-    from jaxeval.models.families.experts import Experts
 
 ATTENTION_BIAS = Field("attention_bias", False)
 
@@ -91,7 +89,8 @@ class Decoder:
     """What one family's decoder does differently from Llama's; each default is Llama's.
 
     Values: a constant, a config `Field` / `When`, or a rule name (module docstring).
-    `experts`: the MoE families' routing (`experts.Experts`), read by their builders.
+    `experts`: the MoE families' routing (`routing.Experts`), read by their builders
+    (`moe.build_moe`, `moe.build_mla`).
     """
 
     norm: str = "rms"  # a layers.NORM_KINDS kind

@@ -4,8 +4,8 @@
     FAMILIES["gemma2"].weights(spec) -> tree of hf_weights.Source, same structure as the params
 
 A row (`family.Family`) says what the family does differently from Llama as values
-(`dense.Decoder`, and `experts.Experts` for the MoE families); a family whose structure differs
-names its own builder (`bespoke.build_falcon`, `bespoke.build_gpt2`, `experts.build_mla`). Adding a
+(`dense.Decoder`, and `routing.Experts` for the MoE families); a family whose structure differs
+names its own builder (`bespoke.build_falcon`, `bespoke.build_gpt2`, `moe.build_mla`). Adding a
 family is adding a row (and its weight map in `weights/hf.py` where its checkpoint names differ
 from Llama's).
 """
@@ -19,8 +19,9 @@ from jaxeval.errors import JaxevalError
 from jaxeval.models.families.bespoke import build_falcon, build_gpt2
 from jaxeval.models.families.config import Field, When
 from jaxeval.models.families.dense import Decoder
-from jaxeval.models.families.experts import Experts, build_mla, build_moe
 from jaxeval.models.families.family import Family
+from jaxeval.models.families.moe import build_mla, build_moe
+from jaxeval.models.families.routing import Experts
 from jaxeval.models.spec import ModelSpec
 from jaxeval.models.weights import hf as hf_weights
 

@@ -10,8 +10,8 @@ separate ops over a [Q, Q] score block; the packed kernel keeps each task's scor
 scores, mask, online softmax and weighted values in registers, and its program has no loops to
 compile (docs/performance.md, "The fused CPU prefill and scoring attention").
 
-    cpu_decode_state(q [B, G, M, E], k [L, B, G, E, C], v [L, B, G, C, E], layer, bound [B],
-                     valid, slot_pos, q_pos [B], window, scale, softcap)
+    cpu_decode_state(q [B, G, M, E], cache (k [L, B, G, E, C], v [L, B, G, C, E], valid,
+                     positions [B, C]), layer, bound [B], q_pos [B], window, scale, softcap)
         -> (m, total [B, G, M], acc [B, G, M, E])
 
 the online-softmax state over slots [0, bound[b]) (valid, within the window), which the decoder
@@ -24,10 +24,12 @@ starting from `init`. Whether a model uses them is chosen once, when it is loade
 `jaxeval.models.attention.select_attention` (the `cpu` backend).
 
 The build: `$CXX` (else c++, g++ or clang++) `-O3 -march=native -ffp-contract=fast -shared -fPIC`
-against jaxlib's FFI headers, into `<cache_home>/kernels/` under a name hashing the source, the
+against jaxlib's FFI headers, into `<cache_home>/kernels/` (mode 0700) under a name hashing the source, the
 compiler, the flags, jaxlib's version and the CPU model, written to a temporary file and renamed
-into place (concurrent processes are safe): 4-5 s once on the 2-core CPU; later processes load the
-file.
+into place (concurrent processes are safe), mode 0600 with its sha256 beside it: 4-5 s once on the
+2-core CPU; later processes load the file. A library that is not this user's, is writable by
+others, or no longer matches its sha256 (truncated, rewritten) is built again, never loaded
+(`jaxeval.paths.load_native`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import numpy as np
 
 from jaxeval.errors import JaxevalError
 from jaxeval.ops.attention.mask import Mask, State
-from jaxeval.paths import build_native, cxx_compiler, native_path
+from jaxeval.paths import build_native, cxx_compiler, load_native, native_path
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +95,12 @@ def _ensure_registered() -> bool:
             if found is None:
                 raise RuntimeError("no C++ compiler found (tried $CXX, c++, g++, clang++)")
             path = library_path(found)
-            if not path.exists():
-                log.info("building the CPU decode-attention kernel into %s", path)
-                _build(found, path)
-            lib = ctypes.cdll.LoadLibrary(str(path))
+
+            def build(target: Path) -> None:
+                log.info("building the CPU decode-attention kernel into %s", target)
+                _build(found, target)
+
+            lib = load_native(path, build, lambda p: ctypes.cdll.LoadLibrary(str(p)))
             jax.ffi.register_ffi_target(
                 TARGET, jax.ffi.pycapsule(lib.JaxevalDecodeAttention), platform="cpu"
             )
@@ -119,9 +123,12 @@ def require() -> None:
         )
 
 
-def cpu_decode_state(q, k, v, layer, bound, valid, slot_pos, q_pos, window, scale, softcap):
-    """The kernel's online-softmax state (see the module docstring); float32 operands."""
+def cpu_decode_state(q, cache, layer, bound, q_pos, window, scale, softcap):
+    """The kernel's online-softmax state (see the module docstring); float32 operands. `cache`:
+    the KV cache (the model contract's `KVCache`: k [L, B, G, E, C], v [L, B, G, C, E], the
+    slots' valid flags and positions [B, C])."""
     require()
+    k, v, valid, slot_pos = cache.k, cache.v, cache.valid, cache.positions
     b, g, m, e = q.shape
     out = (
         jax.ShapeDtypeStruct((b, g, m), jnp.float32),

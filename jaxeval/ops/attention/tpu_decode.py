@@ -1,13 +1,14 @@
 """Decode steps on TPUs: one new token per row over the KV cache, as one Pallas (Mosaic) kernel, and
 the step's keys written into the cache slot by slot (`write_row_slots`).
 
-    decode_state(qm [B, G, X, E], k_cache [L, B, G, E, C], v_cache [L, B, G, C, E], layer, bound [B],
-                 valid [B, C], slot_pos [B, C], q_pos [B], window, scale, softcap)
+    decode_state(qm [B, G, X, E], cache, layer, bound [B], q_pos [B], window, scale, softcap)
         -> m [B, G, X], total [B, G, X], acc [B, G, X, E]   (float32)
 
+    cache: k [L, B, G, E, C], v [L, B, G, C, E], valid [B, C], positions [B, C]  (`KVCache`)
+
 is the online-softmax state (`mask.State`: the output is acc / total) of each row's X query
-heads per kv head over the slots j of layer `layer` with `valid[b, j]`, `j < bound[b]` and, on a
-sliding-window layer, `q_pos[b] - slot_pos[b, j] < window`: the same job as the CPU kernel's
+heads per kv head over the slots j of layer `layer` with `valid[b, j]`, `j < bound[b]` and, on
+a sliding-window layer, `q_pos[b] - positions[b, j] < window`: the same job as the CPU kernel's
 `cpu.cpu_decode_state` (the `tpu` backend's `cache_state` calls this), whose state the decoder
 then folds the step's own key into. A row that sees nothing gets m = MASKED,
 total = 0, acc = 0, so that the step's own key alone decides its output.
@@ -26,7 +27,7 @@ issues no DMA, and its body is skipped (`pl.when(j*Q < bound)`). C = 2,048 slots
 
 Keys are read as [E, Q] tiles straight from the cache's [L, B, G, E, C] layout and values as
 [Q, E] tiles from [L, B, G, C, E]: nothing is transposed or copied outside the kernel. `valid`
-(and, on window layers, `slot_pos`) travel as one small int32 [B, 1, C] (or [B, 2, C]) array. Keep
+(and, on window layers, `positions`) travel as one small int32 [B, 1, C] (or [B, 2, C]) array. Keep
 C a multiple of 128 on a TPU: XLA lays out a [.., E, C] array whose C is not with E minor, and
 would then hand the kernel a transposed copy of the whole K cache.
 
@@ -46,6 +47,7 @@ Dimension names: `jaxeval.shapes`; X here is X*T of the reference's rows-merged 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -53,7 +55,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from jaxeval.ops.attention.mask import MASKED
-from jaxeval.shapes import Bool, Float, Int
+from jaxeval.shapes import Float, Int
 
 IntB = Int["B"]  # a lone letter in a string reads as an undefined name to linters
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -160,12 +162,9 @@ def _kernel(
 
 def decode_state(
     qm: Float["B G X E"],
-    k_cache: Float["L B G E C"],
-    v_cache: Float["L B G C E"],
+    cache: Any,
     layer: Int[""],
     bound: IntB,
-    valid: Bool["B C"],
-    slot_pos: Int["B C"],
     q_pos: IntB,
     window: Int[""] | None,
     scale: Float[""],
@@ -176,12 +175,15 @@ def decode_state(
 ) -> tuple[Float["B G X"], Float["B G X"], Float["B G X E"]]:
     """The online-softmax state over each row's visible cache slots (module docstring).
 
+    `cache`: the KV cache, any object with the fields of the model contract's `KVCache` (k, v,
+    valid, positions), which this layer does not import.
     `layer`, `bound`, `q_pos`, `window` (None: no window term; `mask.NO_WINDOW` keeps all) and
     `scale` are run-time values (scalar prefetch); `softcap`, `block` and `interpret` are static.
     `interpret`: True runs the kernel as plain JAX ops on any host (fast; tests), a
     `pltpu.InterpretParams` in Pallas's simulator of TPU memory and DMAs (slow, faithful: stale
     buffer contents are NaN); False compiles it with Mosaic for a TPU.
     """
+    k_cache, v_cache, valid, slot_pos = cache.k, cache.v, cache.valid, cache.positions
     b, g, x, e = qm.shape
     c = k_cache.shape[4]
     block = block_size(c, block)
@@ -235,19 +237,20 @@ def decode_state(
 
 
 def write_row_slots(
-    k_cache: Float["L B G E C"],
-    v_cache: Float["L B G C E"],
+    cache: Any,
     k: Float["L B 1 G E"],
     v: Float["L B 1 G E"],
     index: IntB,
-) -> tuple[jax.Array, jax.Array]:
-    """k_cache[:, r, :, :, index[r]] <- k[:, r, 0] for every row r (index >= C: dropped), as B
+) -> tuple[Float["L B G E C"], Float["L B G C E"]]:
+    """The cache's keys and values (`decode_state`'s `cache`) with k, v written:
+    cache.k[:, r, :, :, index[r]] <- k[:, r, 0] for every row r (index >= C: dropped), as B
     `dynamic_update_slice`s of one slot in a loop over one device's rows. The scatter that writes
     all rows at once makes the TPU compiler pick a layout of its own for the whole cache and copy
     the cache into it and back on every decode step (four copies of the cache per step at
     SmolLM2's shapes on a v5e-8); a one-slot update keeps the cache's layout and touches
     L * G * E values per row. (Under the SPMD partitioner a loop over the rows of a sharded cache
     would gather the cache: hence the `tpu` backend runs it under `jax.shard_map`.)"""
+    k_cache, v_cache = cache.k, cache.v
     c = k_cache.shape[4]
     zero = jnp.zeros((), jnp.int32)
     k_t = jnp.transpose(k, (0, 1, 3, 4, 2)).astype(k_cache.dtype)  # [L, B, G, E, 1]

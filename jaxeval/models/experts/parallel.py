@@ -11,7 +11,7 @@ One layer on a device, n devices on the expert axes, the tokens' rows split over
 
     local experts   e0 = device index * X/n; assignment (t, k) is here iff e0 <= expert < e0 + X/n,
                     renumbered expert - e0, others X/n ("not here": the backend skips them)
-    combine         the backend (`experts.RaggedExperts`, `BlockedExperts`) on its X/n experts:
+    combine         the backend (`RaggedExperts`, `BlockedExperts`) on its X/n experts:
                     sum over the local K of weight * expert(x), float32, one row per token
     gather          over the expert axes that also split rows (fsdp, r devices), when the r
                     shards' assignments are small (`gather_bytes`: decode steps, short batches):
@@ -28,7 +28,7 @@ One layer on a device, n devices on the expert axes, the tokens' rows split over
     psum            over the expert axes that do not split rows (model)
 
 A pass over at most `dense_rows` rows (gathered: a decode step) runs every local expert on every
-row (`dense`, `experts.DenseExperts`: held x rows expert rows, a few milliseconds of FLOPs at
+row (`dense`, `DenseExperts`: held x rows expert rows, a few milliseconds of FLOPs at
 most) instead of the grouped backend: XLA's own matmuls read each layer's expert weights where
 they lie in the stacked parameters, while a grouped-matmul kernel (`ragged_dot` on TPUs) takes
 its operand as a buffer, so every step first copies the layer's expert weights out of the stack
@@ -54,11 +54,12 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec
 
+from jaxeval.models.experts.backend import ExpertBackend
+from jaxeval.models.experts.spec import EXPERT_KEYS
 from jaxeval.platform.mesh import rows_axis
 from jaxeval.shapes import Float, Int
 
 EXPERT_AXES = ("fsdp", "model")  # the mesh axes the experts dimension may split over, in order
-EXPERT_KEYS = ("gate", "up", "down", "gate_bias", "up_bias", "down_bias")  # stacked [Nx, ...]
 # Per device: the gathered rows' assignments (rows x K x (D + 2 Fx) activations, the backend's
 # working set) at or under this run in one pass (`gather`), larger ones round the ring. Mixtral
 # decoding 64 rows on 8 devices: 8 MiB; Qwen3-30B-A3B scoring 16,384 tokens: 940 MiB.
@@ -112,13 +113,13 @@ def _device_index(axes: tuple[str, ...], mesh: Mesh) -> jax.Array:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExpertParallel:
     """The expert backend of a mesh of several devices: `inner` (ragged or blocked) run under
-    `shard_map` on each device's X/n experts (module docstring); where `expert_axes` finds no
-    split, `inner` alone. `name` is the inner backend's."""
+    `shard_map` on each device's X/n experts (module docstring) of the mesh each call is given
+    (`mesh=`: the runtime's); where `expert_axes` finds no split, or no mesh is given, `inner`
+    alone. `name` is the inner backend's."""
 
-    inner: Any  # experts.RaggedExperts | experts.BlockedExperts | experts.DenseExperts
-    mesh: Mesh
+    inner: ExpertBackend  # RaggedExperts | BlockedExperts | DenseExperts
     gather_bytes: int = GATHER_BYTES  # the gather / ring threshold (module docstring)
-    dense: Any = None  # the backend of passes over at most `dense_rows` rows (DenseExperts)
+    dense: ExpertBackend | None = None  # passes over at most `dense_rows` rows (DenseExperts)
     dense_rows: int = DENSE_ROWS
 
     @property
@@ -132,18 +133,19 @@ class ExpertParallel:
         return size <= self.gather_bytes
 
     def combine(self, p, x: Float["B*T D"], experts: Int["B*T Kx"], weights: Float["B*T Kx"], *,
-                moe, acc: Float["B*T D"] | None = None) -> Float["B*T D"]:  # fmt: skip
-        axes = expert_axes(self.mesh, moe.num_experts)
+                moe, acc: Float["B*T D"] | None = None,
+                mesh: Mesh | None = None) -> Float["B*T D"]:  # fmt: skip
+        axes = () if mesh is None else expert_axes(mesh, moe.num_experts)
         if not axes:
             return self.inner.combine(p, x, experts, weights, moe=moe, acc=acc)
-        held = moe.num_experts // math.prod(self.mesh.shape[a] for a in axes)
-        rows = rows_axis(self.mesh, x.shape[0])
+        held = moe.num_experts // math.prod(mesh.shape[a] for a in axes)
+        rows = rows_axis(mesh, x.shape[0])
         row_axes = () if rows is None else (rows,) if isinstance(rows, str) else tuple(rows)
         gather = tuple(a for a in row_axes if a in axes)  # rows split over expert axes
         reduce = tuple(a for a in axes if a not in gather)  # expert axes holding every row
         stacked = {k: p[k] for k in EXPERT_KEYS if k in p}  # [Nx, ...] each
         expert_spec = {k: PartitionSpec(_spec_entry(axes)) for k in stacked}
-        mesh, inner = self.mesh, self.inner
+        inner = self.inner
         ring = math.prod(mesh.shape[a] for a in gather)  # devices the rows travel round
         shift = [(i, (i + 1) % ring) for i in range(ring)]
         local_rows = x.shape[0] // math.prod(mesh.shape[a] for a in row_axes)

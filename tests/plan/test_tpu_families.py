@@ -11,7 +11,7 @@ Pallas kernels and nothing of the CPU's or the host's. 3.5 minutes for all on 2 
 The expected outcome per family is `TPU_PLAN_FAILS` (empty: every family compiles), the list the
 README's "TPU plan" column is written from (`families_markdown`), so the column cannot drift from
 this test. libtpu is a test dependency (`jaxeval[tpu]` in the test extra), as for
-tests/test_tpu_plan.py.
+tests/plan/test_tpu_plan.py.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from jaxeval.errors import JaxevalError
 from jaxeval.models import attention
 from jaxeval.models.attention import CPU, XLA, select_attention
 from jaxeval.models.attention.choice import CPU_ENV
+from jaxeval.models.contract import KVCache
 from jaxeval.models.runtime import Runtime
 from jaxeval.ops.attention import cpu as cpu_attention
 
@@ -42,10 +43,11 @@ def _cached(
 ):
     """A cached call's attention as the decoder composes it: the backend's state over the cache,
     then the call's own keys (densely)."""
+    cache = KVCache(k=kc, v=vc, valid=valid, positions=spos)
     state = backend.cache_state(
-        q, kc, vc, layer, valid, spos, q_pos, index, window=window, scale=scale, softcap=softcap
+        q, cache, layer, q_pos, index, window=window, scale=scale, softcap=softcap
     )
-    kn, vn, own = attention.new_keys(q, kn, vn, kc, vc, valid, q_pos, index, window=window)
+    kn, vn, own = attention.new_keys(q, kn, vn, cache, q_pos, index, window=window)
     return attention.attend_new_keys(q, kn, vn, own, state, scale=scale, softcap=softcap)
 
 

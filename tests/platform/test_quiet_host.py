@@ -19,7 +19,7 @@ import pytest
 from jaxeval.platform import tpu_host
 from tests.helpers.tiny_models import tiny_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 # what libtpu and XLA print when they start on a host without a TPU
 NOISE = (

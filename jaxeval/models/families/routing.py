@@ -1,10 +1,13 @@
-"""The Mixture-of-Experts builders: a family's routing as values (`Experts`), DeepSeek's latent
-attention (MLA) as the one structural variant.
+"""A Mixture-of-Experts family's routing as values (`Experts`), and the `MoESpec` it reads from
+a config, with the number of leading dense-MLP layers.
 
-    build_moe(cfg, dtype, Decoder(qk_norm="head", experts=Experts(count="num_experts", ...)))
-        -> the Llama-style spec of `dense.build_decoder` with `moe` and `dense_layers` set
-    build_mla(cfg, dtype, Decoder(experts=Experts(count="n_routed_experts", ...)))
-        -> the same with DeepSeek's latent attention in place of Llama's
+    Experts(count="num_experts", dense_layers="mlp_only_layers",
+            shared="shared_expert_intermediate_size", norm_topk_prob=Field("norm_topk_prob", False),
+            router_dtype="hidden", weight_dtype="hidden")
+        -> Qwen2-MoE's routing;  moe_spec(cfg, experts) -> its `MoESpec`
+
+The MoE builders (`moe.build_moe`, `moe.build_mla`) read a family's `Experts` from its
+`dense.Decoder` (`Decoder.experts`).
 """
 
 from __future__ import annotations
@@ -14,24 +17,18 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxeval.errors import JaxevalError
+from jaxeval.models.experts import MoESpec
 from jaxeval.models.families.config import (
     Field,
     check_rules,
     config_value,
     option_value,
-    rope_parameters,
-    rope_tables,
 )
-from jaxeval.models.families.dense import Decoder, build_decoder
-from jaxeval.models.mla import MLASpec
-from jaxeval.models.moe import MoESpec
-from jaxeval.models.rope import yarn_mscale
-from jaxeval.models.spec import ModelSpec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Experts:
-    """How one family's config names its experts, and its routing (`moe.MoESpec` says what each
+    """How one family's config names its experts, and its routing (`MoESpec` says what each
     routing value means). Rule names are keys of the tables below."""
 
     count: str  # the config field of X, the routed experts
@@ -121,7 +118,8 @@ GROUP_RULES: dict[str, Callable[[Any], tuple[int, int]]] = {
 
 
 def moe_spec(cfg: Any, experts: Experts) -> MoESpec:
-    """The routing and expert shapes of an MoE config (semantics per family: `moe.py`)."""
+    """The routing and expert shapes of an MoE config (semantics per family:
+    `jaxeval.models.experts.routing`)."""
     top_k = int(cfg.num_experts_per_tok)
     count = int(getattr(cfg, experts.count))
     f = int(config_value(cfg, "moe_intermediate_size", default=cfg.intermediate_size))
@@ -155,7 +153,7 @@ def moe_spec(cfg: Any, experts: Experts) -> MoESpec:
     )
 
 
-def _experts_of(cfg: Any, experts: Experts) -> tuple[MoESpec, int]:
+def experts_and_dense_layers(cfg: Any, experts: Experts) -> tuple[MoESpec, int]:
     """(the experts, the number of leading dense layers), or the error that refuses the config."""
     if getattr(cfg, "clip_qkv", None) is not None:
         raise JaxevalError(f"{cfg.model_type} with clip_qkv is not supported")
@@ -164,49 +162,3 @@ def _experts_of(cfg: Any, experts: Experts) -> tuple[MoESpec, int]:
     if k >= n:
         raise JaxevalError(f"{cfg.model_type} config has no MoE layer ({k} dense of {n} layers)")
     return moe_spec(cfg, experts), k
-
-
-def build_moe(cfg: Any, compute_dtype: str, options: Decoder) -> ModelSpec:
-    """The Mixture-of-Experts families with Llama-style attention (`options` as for
-    `build_decoder`): the experts (`options.experts`) on every layer after the dense ones."""
-    moe, dense_layers = _experts_of(cfg, options.experts)
-    spec = build_decoder(cfg, compute_dtype, options)
-    return dataclasses.replace(spec, moe=moe, dense_layers=dense_layers)
-
-
-def build_mla(cfg: Any, compute_dtype: str, options: Decoder) -> ModelSpec:
-    """DeepSeek-V2/V3: latent attention (`mla.py`), its rope over qk_rope_head_dim features, the
-    softmax scale with YaRN's mscale folded in (as transformers' `yarn_apply_mscale`), and the
-    experts of `build_moe`."""
-    moe, dense_layers = _experts_of(cfg, options.experts)
-    spec = build_decoder(cfg, compute_dtype, options)
-    rope_dim, nope_dim = int(cfg.qk_rope_head_dim), int(cfg.qk_nope_head_dim)
-    head_dim = rope_dim + nope_dim
-    n = cfg.num_hidden_layers
-    rope, dynamic = rope_tables(cfg, ["full_attention"] * n, rope_dim)
-    scale = head_dim**-0.5
-    params = rope_parameters(cfg)
-    if params.get("rope_type", "default") != "default" and params.get("mscale_all_dim"):
-        mscale = yarn_mscale(float(params["factor"]), float(params["mscale_all_dim"]))
-        scale = scale * mscale * mscale
-    mla = MLASpec(
-        q_lora_rank=int(cfg.q_lora_rank or 0),
-        kv_lora_rank=int(cfg.kv_lora_rank),
-        rope_dim=rope_dim,
-        nope_dim=nope_dim,
-        v_dim=int(cfg.v_head_dim),
-    )
-    return dataclasses.replace(
-        spec,
-        num_kv_heads=spec.num_heads,
-        head_dim=head_dim,
-        qkv_bias=False,
-        o_bias=False,
-        qk_norm=None,
-        rope=rope,
-        dynamic_rope=dynamic,
-        attn_scale=(scale,) * n,
-        mla=mla,
-        moe=moe,
-        dense_layers=dense_layers,
-    )

@@ -35,14 +35,14 @@ def _run_keys(path: str, data_root, model_args: dict, **evaluate) -> set:
     return lm, keys
 
 
-def _plan_keys(lm, path: str, data_root, model_args: dict, **evaluate) -> set:
+def _plan_keys(lm, path: str, data_root, model_args: dict, **evaluate) -> tuple:
     from jaxeval.lm.generate.sizing import free_bytes_per_device
     from jaxeval.lm.model_config import JaxLMConfig
     from jaxeval.lm.score.budget import device_free_bytes
     from jaxeval.plan.tasks import record_run
 
     config = JaxLMConfig.from_kwargs({"pretrained": path, **model_args})
-    _, recorder = record_run(
+    setup, record = record_run(
         config,
         lm.loaded.spec,
         lm.loaded.hf_config,
@@ -53,7 +53,7 @@ def _plan_keys(lm, path: str, data_root, model_args: dict, **evaluate) -> set:
         data_dir=str(data_root),
         **evaluate,
     )
-    return recorder, set(recorder.uses)
+    return setup, record, set(record.uses)
 
 
 @pytest.mark.parametrize(
@@ -70,10 +70,27 @@ def test_planned_executables_are_the_runs(checkpoint, data_root, limit, model_ar
     model_args = {"dtype": "float32", **model_args}
     evaluate = {"limit": limit, "gen_kwargs": "max_gen_toks=8"}
     lm, run = _run_keys(checkpoint, data_root, model_args, **evaluate)
-    recorder, planned = _plan_keys(lm, checkpoint, data_root, model_args, **evaluate)
+    _, record, planned = _plan_keys(lm, checkpoint, data_root, model_args, **evaluate)
     assert planned == run
-    assert any(u.kind == "score" for u in recorder.uses.values())
-    assert any(u.kind == "decode" for u in recorder.uses.values())
+    assert any(u.kind == "score" for u in record.uses.values())
+    assert any(u.kind == "decode" for u in record.uses.values())
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2", "qwen2_moe"])
+def test_the_plan_and_the_run_decide_alike(family, data_root):
+    """`plan` and a run on the same arguments: the same token budget, bucket grid, point cost,
+    engine rows and executables (dense, sliding-window and Mixture-of-Experts families)."""
+    path = tiny_checkpoint(family)
+    model_args = {"dtype": "float32", "max_length": 256}
+    evaluate = {"limit": 2, "gen_kwargs": "max_gen_toks=4"}
+    lm, run = _run_keys(path, data_root, model_args, **evaluate)
+    setup, record, planned = _plan_keys(lm, path, data_root, model_args, **evaluate)
+    assert setup.token_budget == lm.token_budget
+    assert setup.buckets == lm.buckets
+    assert setup.point_cost == lm.point_cost and setup.max_length == lm.max_length
+    (init,) = [u.key for u in record.uses.values() if u.kind == "init"]
+    assert init.rows == lm.generator.stats["engine_rows"]
+    assert planned == run
 
 
 def test_the_plan_compiles_for_a_tpu_slice(checkpoint, data_root):
@@ -118,11 +135,11 @@ def test_a_directory_without_a_tokenizer_says_how_to_give_one(tmp_path):
     """configs/models/llama-3-8b holds a config.json only: the error names tokenizer=DIR."""
     from jaxeval.errors import JaxevalError
     from jaxeval.lm.model_config import JaxLMConfig
-    from jaxeval.plan.tasks import run_tokenizer
+    from jaxeval.lm.setup import run_tokenizer
 
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(JaxevalError, match="no tokenizer files") as raised:
-        run_tokenizer(JaxLMConfig.from_kwargs({"pretrained": str(tmp_path)}))
+        run_tokenizer(JaxLMConfig.from_kwargs({"pretrained": str(tmp_path)}), path=str(tmp_path))
     assert "tokenizer=DIR" in str(raised.value.hint)
 
 

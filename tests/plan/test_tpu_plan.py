@@ -31,7 +31,7 @@ from jaxeval.plan.memory import read_config
 from jaxeval.plan.report import TopologyPlan, fix_for
 from jaxeval.plan.topology import GIB, TOPOLOGIES, get_topology, topology_devices
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 LLAMA_8B = REPO / "configs" / "models" / "llama-3-8b"
 
 SMOLLM2 = REPO / "configs" / "models" / "smollm2-135m"  # its public config.json

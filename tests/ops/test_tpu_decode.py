@@ -27,6 +27,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxeval.models import attention
+from jaxeval.models.contract import KVCache
 from jaxeval.ops.attention import tpu_decode
 from jaxeval.plan.topology import libtpu_available
 from tests.helpers.tpu import single_tpu_mesh
@@ -51,13 +52,17 @@ def _case(seed, *, layers, g, x, e, c, bounds, q_dtype, cache_dtype):
     )
 
 
+def _kv(data) -> KVCache:
+    return KVCache(data["k_cache"], data["v_cache"], data["valid"], data["positions"])
+
+
 @functools.partial(jax.jit, static_argnames=("windowed", "softcap", "backend"))
 def _decode(data, layer, window, *, windowed, softcap, backend):
     """One decode step's attention output [B, 1, H, E] as float32 (one program for every layer):
     the reference's `cache_attend` (`backend` None), else the backend's cache state (the kernel,
     interpreted) continued over the step's own key as the decoder does."""
-    q, k_cache, v_cache = data["q"], data["k_cache"], data["v_cache"]
-    cached = (q, k_cache, v_cache, layer, data["valid"], data["positions"], data["index"][:, None])
+    q, cache = data["q"], _kv(data)
+    cached = (q, cache, layer, data["index"][:, None])
     kw = dict(window=window if windowed else None, scale=jnp.float32(q.shape[-1] ** -0.5))
     if backend is None:
         out = attention.cache_attend(
@@ -66,8 +71,8 @@ def _decode(data, layer, window, *, windowed, softcap, backend):
         return out.astype(jnp.float32)
     state = backend.cache_state(*cached, data["index"], **kw, softcap=softcap)
     k_new, v_new, own = attention.new_keys(
-        q, data["k_new"], data["v_new"], k_cache, v_cache, data["valid"], data["index"][:, None],
-        data["index"], window=kw["window"],
+        q, data["k_new"], data["v_new"], cache, data["index"][:, None], data["index"],
+        window=kw["window"],
     )  # fmt: skip
     out = attention.attend_new_keys(q, k_new, v_new, own, state, scale=kw["scale"], softcap=softcap)
     return out.astype(jnp.float32)
@@ -110,8 +115,8 @@ def _state(data, layer, bound, window, *, interpret, block):
     g = data["k_cache"].shape[2]
     qm = q.reshape(b, g, h // g, e)  # [B, G, X, E]
     return tpu_decode.decode_state(
-        qm, data["k_cache"], data["v_cache"], layer, bound, data["valid"], data["positions"],
-        data["index"], window, jnp.float32(e**-0.5), 30.0, block=block, interpret=interpret,
+        qm, _kv(data), layer, bound, data["index"], window, jnp.float32(e**-0.5), 30.0,
+        block=block, interpret=interpret,
     )  # fmt: skip
 
 
@@ -183,9 +188,8 @@ def test_compiles_for_tpu_at_llama3_8b_decode_shapes():
     )  # fmt: skip
 
     def step(qm, k, v, layer, bound, valid, slot_pos, q_pos, window, scale):
-        return tpu_decode.decode_state(
-            qm, k, v, layer, bound, valid, slot_pos, q_pos, window, scale, None
-        )
+        cache = KVCache(k=k, v=v, valid=valid, positions=slot_pos)
+        return tpu_decode.decode_state(qm, cache, layer, bound, q_pos, window, scale, None)
 
     compiled = jax.jit(step).lower(*args).compile()
     text = compiled.as_text()
