@@ -108,7 +108,8 @@ os.environ.setdefault("JAXEVAL_COMPILATION_CACHE", "off")
 # jaxeval's own cache root. The real-model tests' file (SmolLM2 GGUF) comes from
 # `JAXEVAL_TEST_MODELS` (`.ci/run` fetches it there:
 # `JAXEVAL_CACHE=$JAXEVAL_TEST_MODELS python -m jaxeval.demo.fetch`; default `<repo>/.test-models`),
-# linked into the session's root, never from the user's cache.
+# linked into the session's root (a hard link, else a copy: the cache trusts a regular file of the
+# user's, never a symbolic link), never from the user's cache.
 TEST_MODELS = pathlib.Path(os.environ.get("JAXEVAL_TEST_MODELS") or REPO / ".test-models")
 SESSION_CACHE = TEST_ROOT / "jaxeval"
 SESSION_CACHE.mkdir()
@@ -116,9 +117,12 @@ os.environ["JAXEVAL_CACHE"] = str(SESSION_CACHE)
 os.environ.pop("JAXEVAL_CACHE_PATH", None)
 os.environ.pop("JAXEVAL_INDEX_CACHE", None)
 if (TEST_MODELS / "models").is_dir():
-    (SESSION_CACHE / "models").mkdir()
+    (SESSION_CACHE / "models").mkdir(mode=0o700)
     for _file in (TEST_MODELS / "models").iterdir():
-        (SESSION_CACHE / "models" / _file.name).symlink_to(_file.resolve())
+        try:
+            os.link(_file.resolve(), SESSION_CACHE / "models" / _file.name)
+        except OSError:  # another file system, or no hard links there
+            shutil.copy2(_file.resolve(), SESSION_CACHE / "models" / _file.name)
 
 import pytest  # noqa: E402
 

@@ -121,3 +121,79 @@ def test_off_switch(monkeypatch, tmp_path):
     monkeypatch.delenv(startup.STARTUP_CACHE)
     monkeypatch.setenv("JAXEVAL_CACHE", str(tmp_path / "home"))
     assert startup.structure_cache_dir() == tmp_path / "home" / "startup"
+
+
+# -- entries that are not what this module wrote ----------------------------------------------------
+
+SCANNED = {
+    frozenset(): {"models.x.configuration_x": {"XConfig"}},
+    frozenset({"torch"}): {"models.x.modeling_x": {"XModel"}},
+}
+
+
+@pytest.fixture()
+def kept(tmp_path, monkeypatch):
+    """`define_import_structure` wrapped by the start-up cache over a stand-in scan, and the
+    path of the entry it keeps."""
+    import types
+
+    from jaxeval import paths
+
+    monkeypatch.setattr(paths, "_warned", set(), raising=False)
+    monkeypatch.setattr(startup, "_structure_key", lambda module_path, prefix: "k" * 64)
+    scans: list[int] = []
+    module = types.ModuleType("import_utils")
+    module.define_import_structure = lambda path, prefix=None: scans.append(1) or SCANNED
+    cache = tmp_path / "startup"
+    startup._cache_structures(module, cache)
+    module.scans = scans
+    return module, cache / f"{'k' * 64}.json"
+
+
+def test_an_entry_of_the_wrong_shape_is_scanned_again(kept):
+    """The repro: valid JSON of another shape reached transformers (`[]`: ImportError AutoConfig;
+    a structure without its `frozenset()` key: KeyError)."""
+    module, entry = kept
+    define = module.define_import_structure
+    assert define("m") == SCANNED and len(module.scans) == 1
+    define.cache_clear()
+    assert define("m") == SCANNED and len(module.scans) == 1  # read back
+    for text in ("[]", '[[["torch"], {}]]', json.dumps(startup._to_json(SCANNED)),
+                 entry.read_text().replace("XConfig", "YConfig")):  # fmt: skip
+        entry.write_text(text)
+        define.cache_clear()
+        assert define("m") == SCANNED, text
+    assert len(module.scans) == 5
+
+
+def test_a_huge_entry_is_refused_unread(kept):
+    import tracemalloc
+
+    module, entry = kept
+    module.define_import_structure("m")
+    with open(entry, "r+b") as fh:
+        fh.truncate(200 << 20)  # 200 MB (sparse)
+    module.define_import_structure.cache_clear()
+    tracemalloc.start()
+    try:
+        assert module.define_import_structure("m") == SCANNED
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 << 20
+
+
+def test_a_fifo_entry_never_hangs(kept):
+    import threading
+
+    module, entry = kept
+    entry.parent.mkdir(mode=0o700)
+    os.mkfifo(entry, 0o600)
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(module.define_import_structure("m")))
+    reader.daemon = True
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():  # release the blocked reader before failing
+        os.close(os.open(entry, os.O_WRONLY | os.O_NONBLOCK))
+    assert got == [SCANNED]

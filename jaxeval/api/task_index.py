@@ -16,8 +16,21 @@ keyed by every YAML file's relative path, size and modification time:
     key = sha256("v1" + "\\n".join(f"{rel}\\0{size}\\0{mtime_ns}" for each *.yaml / *_yaml file))
 
 A warm start stats the files (no parsing) and reads one JSON file. The cache file is written to a
-temporary name and renamed into place, so concurrent runs never read half a file; a corrupt or
-stale file is rebuilt. Nothing here runs task code: `!function` tags stay unresolved strings.
+temporary name and renamed into place (0600, in a 0700 folder: `jaxeval.paths.write_private`), so
+concurrent runs never read half a file; a stale file is rebuilt. Nothing here runs task code:
+`!function` tags stay unresolved strings.
+
+A cache file is data about the folder, never a list of files to load: it is read only when it is
+this user's own (`jaxeval.paths.read_private`), and every row must name one of the YAML files the
+scan just found, so no row leads outside the indexed folder. A row that does not (one warning),
+or a damaged file, rebuilds the folder's index from its files:
+
+    ["arc_easy", "task", "arc/arc_easy.yaml", ["ai2_arc"], null]     kept: a file the scan found
+    ["evil", "task", "../../x/evil.yaml", [], null]                    rebuilt: outside the folder
+    ["evil", "task", "/tmp/evil.yaml", [], null]                       rebuilt: not a scanned file
+    ["evil", "task", "linked/evil.yaml", [], null]                     rebuilt: a linked folder is
+                                                                       never entered by the scan
+    [null, "task", "arc/arc_easy.yaml", [], null]                      rebuilt: a name is a string
 """
 
 from __future__ import annotations
@@ -33,11 +46,12 @@ from typing import Any
 
 from jaxeval.api.yaml_loader import load_yaml
 from jaxeval.errors import JaxevalError
-from jaxeval.paths import cache_dir
+from jaxeval.paths import cache_dir, read_private, write_private
 
 log = logging.getLogger(__name__)
 
 INDEX_VERSION = "v1"
+MAX_INDEX_BYTES = 1 << 28  # a larger index file is not read (the folder is parsed instead)
 _IGNORE_DIRS = {"__pycache__", ".ipynb_checkpoints"}
 _TEMPLATE_SUFFIXES = (".yaml", ".yml", "_yaml")
 
@@ -180,12 +194,28 @@ def _to_json(root: Path, entries: dict[str, Entry]) -> list:
     ]
 
 
-def _from_json(root: Path, rows: list, source: str) -> dict[str, Entry]:
+def _from_json(root: Path, rows: list, source: str, files: list[str]) -> dict[str, Entry]:
+    """The entries of the cached `rows`; ValueError when a row is not one `_to_json` writes for
+    this folder's scanned `files` (the module docstring)."""
     prefix = f"{root}{os.sep}"
-    return {
-        name: Entry(name, Kind(kind), prefix + rel if rel else None, None, set(tags), source, py)
-        for name, kind, rel, tags, py in rows
-    }
+    scanned = set(files)
+    out = {}
+    for row in rows:
+        if type(row) is not list or len(row) != 5:
+            raise ValueError(f"a row is not [name, kind, file, tags, class]: {str(row)[:80]}")
+        name, kind, rel, tags, py = row
+        if type(name) is not str or type(tags) is not list or any(type(t) is not str for t in tags):
+            raise ValueError(f"a row's name or tags are not strings: {str(row)[:80]}")
+        if py is not None and type(py) is not str:
+            raise ValueError(f"{name}: its class is not a string")
+        if rel is None and kind != Kind.TAG.value:
+            raise ValueError(f"{name}: a {kind} row names no file")
+        if rel is not None and (type(rel) is not str or prefix + rel not in scanned):
+            raise ValueError(f"{name}: {str(rel)[:80]} is not a YAML file of {root}")
+        out[name] = Entry(
+            name, Kind(kind), prefix + rel if rel else None, None, set(tags), source, py
+        )
+    return out
 
 
 def index_folder(root: Path, source: str, *, use_cache: bool = True) -> dict[str, Entry]:
@@ -193,29 +223,20 @@ def index_folder(root: Path, source: str, *, use_cache: bool = True) -> dict[str
     root = Path(root).resolve()
     files, key = scan(root)
     cache_file = index_cache_dir() / f"{hashlib.sha256(str(root).encode()).hexdigest()[:20]}.json"
-    if use_cache:
+    raw = read_private(cache_file, MAX_INDEX_BYTES) if use_cache else None
+    if raw is not None:
         try:
-            data = json.loads(cache_file.read_text(encoding="utf-8"))
+            data = json.loads(raw)
             if data.get("key") == key:
-                return _from_json(root, data["entries"], source)
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+                return _from_json(root, data["entries"], source, files)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.warning("the task index %s is damaged (%s); indexing %s again", cache_file, e, root)
     entries = parse_folder(root, files, source)
     if use_cache:
-        _write_atomically(
-            cache_file, {"key": key, "root": str(root), "entries": _to_json(root, entries)}
-        )
+        data = {"key": key, "root": str(root), "entries": _to_json(root, entries)}
+        if not write_private(cache_file, json.dumps(data).encode("utf-8")):
+            log.debug("could not write the task index cache %s", cache_file)
     return entries
-
-
-def _write_atomically(path: Path, data: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as e:  # a read-only home still works, just without the cache
-        log.debug("could not write the task index cache %s: %s", path, e)
 
 
 def merge(folders: list[dict[str, Entry]]) -> dict[str, Entry]:

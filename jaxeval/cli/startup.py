@@ -23,6 +23,18 @@ transformers version, the folder and every source file's size and modification t
 later process reads it back instead (an edited, added or removed file, or another transformers,
 scans again). Anything unexpected (an unreadable or damaged entry, a read-only cache) falls back to
 transformers' own scan.
+
+An entry is read back only when it is exactly what this module wrote: a file of this user's in a
+private folder (`jaxeval.paths.read_private`: 0700 folder, 0600 file, opened with O_NONBLOCK so a
+FIFO never blocks, refused above `MAX_ENTRY_BYTES` without being read), holding a structure of the
+right types whose sha256 (with its key) matches the one stored beside it:
+
+    {"format": 2, "digest": sha256(key + rows), "structure": rows}
+    rows = [[["torch"], {"modeling_llama": ["LlamaModel", ...]}], [[], {...}], ...]
+
+Anything else (`[]`, rows of other types, a digest that does not match) is scanned again with one
+warning and kept, so a damaged entry never reaches transformers (where `[]` would be
+`ImportError: AutoConfig`, and a structure without its `frozenset()` key `KeyError: frozenset()`).
 """
 
 from __future__ import annotations
@@ -32,16 +44,21 @@ import hashlib
 import importlib.abc
 import importlib.machinery
 import json
+import logging
 import os
 import sys
 import types
 from pathlib import Path
 from typing import Any
 
-from jaxeval.paths import OFF, cache_home
+from jaxeval.paths import OFF, cache_home, read_private, write_private
+
+log = logging.getLogger(__name__)
 
 KEEP_TORCH = "JAXEVAL_TRANSFORMERS_TORCH"
 STARTUP_CACHE = "JAXEVAL_STARTUP_CACHE"
+ENTRY_FORMAT = 2
+MAX_ENTRY_BYTES = 16 << 20  # the largest entry transformers 5 writes is ~180 KB
 
 
 def hide_torch_from_transformers() -> bool:
@@ -116,8 +133,50 @@ def _to_json(structure: dict) -> list:
     return [[sorted(k), {m: sorted(v) for m, v in d.items()}] for k, d in structure.items()]
 
 
+def _strings(value: Any) -> bool:
+    return type(value) is list and all(type(v) is str for v in value)
+
+
 def _from_json(rows: list) -> dict:
-    return {frozenset(k): {m: set(v) for m, v in d.items()} for k, d in rows}
+    """The structure `_to_json` wrote; ValueError for rows of any other type."""
+    if type(rows) is not list:
+        raise ValueError("the structure is not a list of rows")
+    out: dict = {}
+    for row in rows:
+        if type(row) is not list or len(row) != 2 or not _strings(row[0]):
+            raise ValueError("a row is not [backends, modules]")
+        backends, modules = row
+        if type(modules) is not dict or not all(_strings(v) for v in modules.values()):
+            raise ValueError("a row's modules are not {module: [names]}")
+        out[frozenset(backends)] = {m: set(v) for m, v in modules.items()}
+    return out
+
+
+def _digest(key: str, rows: list) -> str:
+    return hashlib.sha256(json.dumps([key, rows]).encode()).hexdigest()
+
+
+def encode_entry(key: str, structure: dict) -> bytes:
+    """The bytes of the entry kept for `structure` under `key` (the module docstring)."""
+    rows = _to_json(structure)
+    return json.dumps(
+        {"format": ENTRY_FORMAT, "digest": _digest(key, rows), "structure": rows}
+    ).encode()
+
+
+def decode_entry(key: str, raw: bytes) -> dict | None:
+    """The structure an entry holds; None for an older format (scanned again quietly); ValueError
+    when it is not what `encode_entry` wrote under `key`."""
+    data = json.loads(raw)
+    if type(data) is list:
+        return None  # an older jaxeval's entry
+    if type(data) is not dict or data.get("format") != ENTRY_FORMAT:
+        raise ValueError("not a start-up cache entry of this format")
+    rows = data.get("structure")
+    structure = _from_json(rows)
+    if data.get("digest") != _digest(key, rows):
+        raise ValueError("its digest does not match its structure")
+    return structure
 
 
 def _cache_structures(import_utils: types.ModuleType, cache: Path) -> None:
@@ -128,21 +187,23 @@ def _cache_structures(import_utils: types.ModuleType, cache: Path) -> None:
     @functools.lru_cache
     def define_import_structure(module_path, prefix=None):
         try:
-            entry = cache / f"{_structure_key(module_path, prefix)}.json"
+            key = _structure_key(module_path, prefix)
         except (OSError, ValueError, ImportError):
             return scan(module_path, prefix)
-        try:
-            return _from_json(json.loads(entry.read_text(encoding="utf-8")))
-        except Exception:  # noqa: BLE001 - not kept yet, or damaged in any way: scanned, kept below
-            pass
+        entry = cache / f"{key}.json"
+        raw = read_private(entry, MAX_ENTRY_BYTES)
+        if raw is not None:
+            try:
+                kept = decode_entry(key, raw)
+                if kept is not None:
+                    return kept
+            except (ValueError, TypeError, RecursionError) as e:
+                log.warning("the start-up cache entry %s is damaged (%s); scanning again", entry, e)
         structure = scan(module_path, prefix)
         try:
-            cache.mkdir(parents=True, exist_ok=True)
-            tmp = entry.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(_to_json(structure)), encoding="utf-8")
-            os.replace(tmp, entry)
-        except (OSError, TypeError, ValueError):
-            pass  # a read-only cache: the scan stands
+            write_private(entry, encode_entry(key, structure))
+        except (TypeError, ValueError):
+            pass  # a structure JSON cannot hold: the scan stands
         return structure
 
     import_utils.define_import_structure = define_import_structure

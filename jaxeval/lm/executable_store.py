@@ -3,8 +3,8 @@ later run loads each one without tracing or lowering it.
 
     store = ExecutableStore.for_compile_cache()      # None when the compilation cache is off
     digest = store.fingerprint(job, options)         # None: something it cannot vouch for
-    exe = store.load(digest)                         # a `jax.stages.Compiled`, or None
-    store.save(digest, compiled, lowered)            # after a compile
+    exe = store.load(digest, job.args)               # a `jax.stages.Compiled`, or None
+    store.save(digest, job.args, compiled, lowered)  # after a compile
 
 JAX's persistent compilation cache (`compile_cache`) skips XLA's compile, but it is keyed by the
 lowered program, so every run still traces and lowers each kernel first: a warm GSM8K run spent
@@ -30,12 +30,23 @@ held (an edit of jaxeval that left the program as it was: the fingerprint change
 program did not), from the serialized bytes that cache read (`cache_reads`), not by serializing
 the loaded executable again: XLA:CPU serializes an executable it loaded without its code (running
 such a copy fails with "Function ... not found"). Both hooks are JAX internals looked up at run
-time; where one is missing, nothing is stored from JAX's cache. An entry is written once,
-atomically (a temporary file renamed), and read with a check of the fingerprint it was written
-under; an entry that fails to load is deleted (the job then compiles as before). The custom
-calls an executable names (the CPU attention kernels) are registered before it loads.
+time; where one is missing, nothing is stored from JAX's cache. The custom calls an executable
+names (the CPU attention kernels) are registered before it loads.
 `JAXEVAL_EXECUTABLE_STORE=off` switches the store off; it lives in
 `<compilation cache>/jaxeval-executables`, so `--compilation_cache off` switches it off too.
+
+An entry is data, never code (`jaxeval.lm.executable_entry`): JSON metadata and the serialized
+executable, signed with an HMAC under a key of this user's, written once into a 0700 folder as a
+0600 file (a temporary file renamed, `jaxeval.paths.write_private`). It is read back only when
+it is a regular file of this user's that group and others cannot write, opened without blocking
+and no larger than `MAX_ENTRY_BYTES` (`jaxeval.paths.read_private`); then its HMAC is checked,
+then its metadata and fingerprint; only then is the executable loaded, by an unpickler that names
+nothing outside JAX's own classes and calls nothing it did not name
+(`executable_entry.PayloadUnpickler`). The trees it takes and returns are never unpickled: the
+input tree is rebuilt from the job's arguments, the output tree from its JSON description.
+Anything else (another user's entry, a FIFO, a folder, a wrong HMAC, a read-only or missing
+store, an entry that fails to load) is "not cached", with one warning: the job compiles as before
+and the run's answers are the same.
 """
 
 from __future__ import annotations
@@ -47,11 +58,9 @@ import functools
 import hashlib
 import os
 import pathlib
-import pickle
 import platform
 import re
 import sys
-import tempfile
 import threading
 import types
 from typing import Any
@@ -61,12 +70,15 @@ import jaxlib
 import numpy as np
 from jax.experimental import serialize_executable
 
+from jaxeval import paths
+from jaxeval.lm import executable_entry as entry
 from jaxeval.models.attention import cpu as cpu_attention
 from jaxeval.platform import compile_cache
 
 ENV_VAR = "JAXEVAL_EXECUTABLE_STORE"
 SUBDIR = "jaxeval-executables"
-FORMAT = 1  # bumped when an entry's layout changes
+FORMAT = entry.FORMAT  # bumped when an entry's layout changes
+MAX_ENTRY_BYTES = 1 << 30  # an entry larger than this is neither written nor read
 _ENV_PREFIXES = ("JAXEVAL_", "JAX_", "XLA_", "LIBTPU", "TPU_", "TF_CPP_", "NVIDIA_", "CUDA_")
 _ENV_SKIP = frozenset({ENV_VAR, "JAXEVAL_CACHE", "JAXEVAL_COMPILATION_CACHE"})  # where, not what
 _MAX_ARRAY_BYTES = 1 << 20  # closed-over arrays hashed by content up to this size
@@ -323,19 +335,35 @@ def _serialize(compiled: Any, serialized: bytes | None) -> tuple[bytes, Any, Any
     return out
 
 
+def _deserialize(payload: bytes, in_tree: Any, out_tree: Any, devices: list) -> Any:
+    """`serialize_executable.deserialize_and_load`, its pickle read by `PayloadUnpickler`."""
+    base = serialize_executable._JaxPjrtUnpickler
+    with _pickler_lock:
+        serialize_executable._JaxPjrtUnpickler = entry.PayloadUnpickler
+        try:
+            return serialize_executable.deserialize_and_load(
+                payload, in_tree, out_tree, backend=devices[0].client, execution_devices=devices
+            )
+        finally:
+            serialize_executable._JaxPjrtUnpickler = base
+
+
 class ExecutableStore:
     """Serialized executables under one directory (module docstring)."""
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, key: bytes):
         self.root = pathlib.Path(root)
+        self.key = key  # signs and checks every entry (`executable_entry.user_key`)
 
     @classmethod
     def for_compile_cache(cls) -> ExecutableStore | None:
-        """The store beside JAX's persistent cache; None when either is switched off."""
+        """The store beside JAX's persistent cache; None when either is switched off, or when
+        this user's key cannot be had (one warning)."""
         if os.environ.get(ENV_VAR, "on").strip().lower() in compile_cache.OFF:
             return None
         base = jax.config.jax_compilation_cache_dir
-        return cls(os.path.join(base, SUBDIR)) if base else None
+        key = entry.user_key() if base else None
+        return cls(os.path.join(base, SUBDIR), key) if key is not None else None
 
     def fingerprint(self, job: Any, options: dict | None) -> str | None:
         """sha256 of the job as the module docstring lists it; None when it cannot be vouched for."""
@@ -359,59 +387,72 @@ class ExecutableStore:
     def _path(self, digest: str) -> pathlib.Path:
         return self.root / f"{digest}.exe"
 
-    def load(self, digest: str) -> Any:
-        """The executable stored under `digest`, loaded onto its devices; None if absent or unusable."""
+    def load(self, digest: str, args: tuple) -> Any:
+        """The executable stored under `digest` for a job on `args`, loaded onto its devices;
+        None if absent or unusable (module docstring)."""
         path = self._path(digest)
+        if not os.path.isdir(self.root):  # no store yet (or a file in its place: `save` warns)
+            return None
+        data = paths.read_private(path, MAX_ENTRY_BYTES)  # None: absent, or skipped with a warning
+        if data is None:
+            return None
         try:
-            with open(path, "rb") as f:
-                entry = pickle.load(f)
-            if entry.get("format") != FORMAT or entry.get("fingerprint") != digest:
-                return None
-            cpu_attention.register_custom_calls(entry["targets"])
-            by_id = {d.id: d for d in jax.devices(entry["platform"])}
-            devices = [by_id[i] for i in entry["devices"]]
-            compiled = serialize_executable.deserialize_and_load(
-                entry["payload"], entry["in_tree"], entry["out_tree"],
-                backend=devices[0].client, execution_devices=devices,
-            )  # fmt: skip
-        except FileNotFoundError:
+            meta, payload = entry.unpack(data, self.key)
+            if meta.fingerprint != digest:
+                raise ValueError("another fingerprint")
+            out_tree = entry.tree_of_json(meta.out_tree)
+        except Exception as e:  # tampered, foreign or of another format
+            entry.warn_once("an entry failed its check", f"{path}: {e}")
+            _remove(path)  # this user's own file (`read_private`): compiled over
             return None
-        except Exception:  # a truncated or foreign entry: compile instead, and drop it
-            path.unlink(missing_ok=True)
+        try:
+            cpu_attention.register_custom_calls(list(meta.targets))
+            by_id = {d.id: d for d in jax.devices(meta.platform)}
+            devices = [by_id[i] for i in meta.devices]
+            return _deserialize(payload, entry.in_tree_of(args), out_tree, devices)
+        except Exception as e:  # another machine's devices, a JAX that reads it no more
+            entry.warn_once("an entry failed to load", f"{path}: {type(e).__name__}: {e}")
+            _remove(path)
             return None
-        return compiled
 
     def save(
-        self, digest: str, compiled: Any, lowered: Any, serialized: bytes | None = None
+        self,
+        digest: str,
+        args: tuple,
+        compiled: Any,
+        lowered: Any,
+        serialized: bytes | None = None,
     ) -> bool:
-        """Writes `compiled` under `digest` (atomically); False when it cannot be serialized.
-        `serialized`: the bytes JAX's persistent cache loaded it from (`cache_reads`)."""
+        """Writes `compiled`, compiled for a job on `args`, under `digest` (atomically); False
+        when it cannot be serialized, its trees cannot be rebuilt, or the write fails (one
+        warning). `serialized`: the bytes JAX's persistent cache loaded it from (`cache_reads`)."""
         try:
             payload, in_tree, out_tree = _serialize(compiled, serialized)
             devices = compiled._executable._unloaded_executable.device_list  # its devices, in order
-            entry = {
-                "format": FORMAT,
-                "fingerprint": digest,
-                "platform": devices[0].platform,
-                "devices": [d.id for d in devices],
-                "targets": _targets(lowered.as_text()),
-                "payload": payload,
-                "in_tree": in_tree,
-                "out_tree": out_tree,
-            }
-            data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+            meta = entry.EntryMeta(
+                fingerprint=digest,
+                platform=devices[0].platform,
+                devices=tuple(d.id for d in devices),
+                targets=tuple(_targets(lowered.as_text())),
+                out_tree=entry.tree_json(out_tree),
+            )
+            rebuilt = entry.tree_of_json(meta.out_tree) == out_tree
+            if not rebuilt or in_tree != entry.in_tree_of(args):
+                return False
+            data = entry.pack(meta, payload, self.key)
         except Exception:  # not serializable (constants, a backend without it): nothing stored
             return False
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self._path(digest))
-        except OSError:
-            pathlib.Path(tmp).unlink(missing_ok=True)
+        if len(data) > MAX_ENTRY_BYTES:
+            return False
+        if not paths.write_private(self._path(digest), data):  # a read-only or full disk
+            entry.warn_once("an entry could not be written", str(self.root))
             return False
         return True
+
+
+def _remove(path: pathlib.Path) -> None:
+    with contextlib.suppress(OSError):  # gone already, or a read-only store: it stays unused
+        path.unlink()
 
 
 def _leaf(x: Any) -> str:

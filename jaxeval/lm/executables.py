@@ -126,7 +126,7 @@ class Executables:
         options = self.options_for(job)
         store = ExecutableStore.for_compile_cache() if self.use_store else None
         digest = store.fingerprint(job, options) if store is not None else None
-        executable = store.load(digest) if digest is not None else None
+        executable = store.load(digest, job.args) if digest is not None else None
         loaded = executable is not None
         lowered = None
         read: list[bytes] = []
@@ -137,9 +137,9 @@ class Executables:
         built, hits = counter.since(before, thread=True)
         if digest is not None and lowered is not None:
             if built and not hits:  # XLA compiled it now
-                store.save(digest, executable, lowered)
+                store.save(digest, job.args, executable, lowered)
             elif hits == 1 and not built and len(read) == 1:  # from JAX's cache: its own bytes
-                store.save(digest, executable, lowered, serialized=read[0])
+                store.save(digest, job.args, executable, lowered, serialized=read[0])
         seconds = time.perf_counter() - start
         with self._lock:
             self.compile_seconds += seconds

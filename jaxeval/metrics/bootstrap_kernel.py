@@ -16,9 +16,11 @@ the interpreter computes, bit for bit (no fused or reassociated operations: `-ff
 no fast-math). LAMBADA's case, 100,000 replicates of 5,153 draws, takes ~0.45 s on one core
 against ~3.4 s for NumPy's generator and row sums (docs/performance.md, "The bootstrap").
 
-The build: `$CXX` (else c++, g++ or clang++) with `FLAGS`, into `<cache_home>/kernels/` under a
-name hashing the source, the compiler, the flags and the CPU model, written to a temporary file
-and renamed into place (concurrent processes are safe): ~0.7 s once; later loads take ~3 ms.
+The build: `$CXX` (else c++, g++ or clang++) with `FLAGS`, into `<cache_home>/kernels/` (0700)
+under a name hashing the source, the compiler, the flags and the CPU model, written to a temporary
+file and renamed into place (concurrent processes are safe), 0600 with its sha256 beside it: ~0.7 s
+once; later loads take ~3 ms. A library that is not this user's, is writable by others, or no
+longer matches its sha256 is built again, never loaded (`jaxeval.paths.load_native`).
 Without a compiler, or when the build or load fails, `load_kernel()` returns None (logged once at
 debug level) and the caller uses NumPy.
 """
@@ -71,11 +73,12 @@ def _open() -> ctypes.CDLL:
     found = cxx_compiler()
     if found is None:
         raise RuntimeError("no C++ compiler found (tried $CXX, c++, g++, clang++)")
-    path = kernel_path(found)
-    if not path.exists():
-        log.debug("building the bootstrap kernel into %s", path)
-        _build(found, path)
-    lib = ctypes.CDLL(str(path))
+
+    def build(target: Path) -> None:
+        log.debug("building the bootstrap kernel into %s", target)
+        _build(found, target)
+
+    lib = paths.load_native(kernel_path(found), build, lambda p: ctypes.CDLL(str(p)))
     for name, (args, result) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, result

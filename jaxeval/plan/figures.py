@@ -27,10 +27,11 @@ from typing import Any
 import jax
 
 from jaxeval.lm.executables import Job
-from jaxeval.paths import OFF, cache_dir
+from jaxeval.paths import OFF, cache_dir, read_private, write_private
 
 ENV_VAR = "JAXEVAL_PLAN_CACHE"
 VERSION = 2  # of what a file holds; a change of the figures' meaning bumps it (2: "kernels")
+MAX_FIGURES_BYTES = 1 << 20  # one program's figures are a few hundred bytes
 
 
 def devices_of(job: Job) -> list[tuple[Any, ...]]:
@@ -68,13 +69,13 @@ class FigureCache:
         return hashlib.sha256(repr(parts).encode()).hexdigest()
 
     def get(self, key: str) -> dict[str, Any] | None:
+        raw = read_private(self.path / f"{key}.json", MAX_FIGURES_BYTES)
         try:
-            return json.loads((self.path / f"{key}.json").read_text())
-        except (OSError, ValueError):  # absent or half written: compile again
+            figures = json.loads(raw) if raw is not None else None
+        except ValueError:  # damaged: compile again
             return None
+        return figures if isinstance(figures, dict) else None
 
     def put(self, key: str, figures: dict[str, Any]) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.path / f"{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(figures))
-        tmp.replace(self.path / f"{key}.json")  # atomic: a reader sees all of it or nothing
+        # 0600 in a 0700 folder, renamed into place: a reader sees all of it or nothing
+        write_private(self.path / f"{key}.json", json.dumps(figures).encode())

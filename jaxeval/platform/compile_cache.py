@@ -22,7 +22,7 @@ import threading
 import jax
 from jax.experimental.compilation_cache import compilation_cache as _cc
 
-from jaxeval.paths import OFF, cache_dir
+from jaxeval.paths import OFF, cache_dir, private_dir
 
 ENV_VAR = "JAXEVAL_COMPILATION_CACHE"
 
@@ -49,13 +49,16 @@ def enable(setting: str | None = None) -> str | None:
     """Points JAX's persistent cache at `resolve(setting)` (None: off); returns the directory.
 
     Every executable is cached, however quick its compile (JAX's default skips those under 1 s).
+    The folder is made private (`jaxeval.paths.private_dir`: 0700); one another user owns or may
+    write is not used (JAX would load the executables it holds), and the cache is off instead.
     Switching directories mid-process resets JAX's cache handle so the new one takes effect.
     """
     path = resolve(setting)
     if path == (jax.config.jax_compilation_cache_dir or None):
         return path
+    if path is not None and private_dir(path) is None:  # another user's, or open to others: warned
+        path = None
     if path is not None:
-        os.makedirs(path, exist_ok=True)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     jax.config.update("jax_compilation_cache_dir", path)

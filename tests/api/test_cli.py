@@ -312,11 +312,11 @@ def test_cache_requests_writes_reads_refreshes_and_deletes(tmp_path, data_root, 
     monkeypatch.setenv("JAXEVAL_CACHE_PATH", str(tmp_path / "rc"))
     base = ["--tasks", "arc_easy", "--data_dir", str(data_root), "--limit", "5", "--output_path"]
     assert run(*base, str(tmp_path / "a"), "--cache_requests", "true") == 0
-    files = list((tmp_path / "rc").glob("requests-arc_easy-0shot-*.pickle"))
+    files = list((tmp_path / "rc").glob("requests-arc_easy-0shot-*.json"))
     assert len(files) == 1
-    import pickle
+    from jaxeval.api import request_cache
 
-    cached = pickle.loads(files[0].read_bytes())
+    cached = request_cache.decode_requests(json.loads(files[0].read_bytes()))
     assert len(cached) == ARC_EASY_TEST_ROWS  # every document is built when writing, like lm-eval
     assert run(*base, str(tmp_path / "b"), "--cache_requests") == 0
     ra = json.loads(next((tmp_path / "a").rglob("results_*.json")).read_text())["results"][
@@ -327,7 +327,7 @@ def test_cache_requests_writes_reads_refreshes_and_deletes(tmp_path, data_root, 
     ]
     assert ra == rb
     assert run(*base, str(tmp_path / "c"), "--cache_requests", "delete") == 0
-    assert len(list((tmp_path / "rc").glob("*.pickle"))) == 1
+    assert len(list((tmp_path / "rc").glob("*.json"))) == 1
 
 
 def test_trackio_is_refused_clearly(capsys):

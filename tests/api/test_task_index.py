@@ -154,3 +154,75 @@ def test_a_helper_that_fails_to_import_is_not_kept_half_loaded(tmp_path):
     for _ in range(2):  # the second load reports the import error again, not "has no function"
         with pytest.raises(JaxevalError, match="cannot import module 'utils'.*no_such_pkg_xyz"):
             load_yaml(path)
+
+
+def _rows_of(index_cache):
+    (cache_file,) = index_cache.glob("*.json")
+    return cache_file, json.loads(cache_file.read_text())
+
+
+@pytest.mark.parametrize("where", ["../../x/evil.yaml", "absolute", "linked/evil.yaml"])
+def test_a_row_leading_outside_the_folder_is_never_loaded(tmp_path, index_cache, where):
+    """The repro: a row naming `../../x/evil.yaml` loaded that file and its `!function` module.
+    Rows must name YAML files the scan found; anything else rebuilds the folder's index."""
+    outside = tmp_path / "x"
+    _write(
+        outside,
+        "utils.py",
+        f"open({str(tmp_path / 'ran')!r}, 'w').close()\ndef f(d):\n    return d\n",
+    )
+    evil = _write(
+        outside,
+        "evil.yaml",
+        "task: evil\noutput_type: loglikelihood\nprocess_docs: !function utils.f\n",
+    )
+    root = tmp_path / "a" / "b" / "tasks"
+    _write(root, "t.yaml", "task: t\noutput_type: loglikelihood\n")
+    os.symlink(outside, root / "linked")
+    task_index.index_folder(root, "include")
+    cache_file, data = _rows_of(index_cache)
+    rel = str(evil) if where == "absolute" else where
+    data["entries"].append(["evil", "task", rel, [], None])
+    cache_file.write_text(json.dumps(data))
+    entries = task_index.index_folder(root, "include")
+    assert sorted(entries) == ["t"]
+    assert not (tmp_path / "ran").exists()
+    _, data = _rows_of(index_cache)
+    assert [row[0] for row in data["entries"]] == ["t"]  # rebuilt from the folder's files
+
+
+def test_ls_tasks_with_a_null_name_in_the_index(tmp_path, index_cache, capsys, monkeypatch):
+    from jaxeval.cli import main
+
+    monkeypatch.setenv("JAXEVAL_CATALOGUE", "0")  # only our library and the folder: quick
+
+    root = tmp_path / "tasks"
+    _write(root, "t.yaml", "task: t\noutput_type: loglikelihood\n")
+    task_index.index_folder(root, "include")
+    (cache_file,) = [p for p in index_cache.glob("*.json") if str(root) in p.read_text()]
+    data = json.loads(cache_file.read_text())
+    data["entries"][0][0] = None
+    cache_file.write_text(json.dumps(data))
+    assert main(["ls", "tasks", "--include_path", str(root)]) == 0
+    assert "\nt " in capsys.readouterr().out
+
+
+def test_an_index_file_of_another_user_is_not_read(tmp_path, index_cache, monkeypatch):
+    from jaxeval import paths
+
+    monkeypatch.setattr(paths, "_warned", set(), raising=False)
+    root = tmp_path / "tasks"
+    _write(root, "t.yaml", "task: t\noutput_type: loglikelihood\n")
+    task_index.index_folder(root, "include")
+    cache_file, data = _rows_of(index_cache)
+    assert oct(cache_file.stat().st_mode & 0o777) == oct(0o600)
+    assert oct(index_cache.stat().st_mode & 0o777) == oct(0o700)
+    data["entries"][0][3] = ["planted"]  # a row that is valid, but not what the folder says
+    cache_file.write_text(json.dumps(data))
+    cache_file.chmod(0o666)
+    assert task_index.index_folder(root, "include")["t"].tags == set()
+    if os.geteuid() == 0:
+        cache_file.write_text(json.dumps(data))
+        cache_file.chmod(0o600)
+        os.chown(cache_file, 65534, 65534)
+        assert task_index.index_folder(root, "include")["t"].tags == set()

@@ -155,7 +155,7 @@ def test_a_damaged_entry_is_compiled_over(cache):
     store = ExecutableStore.for_compile_cache()
     digest = store.fingerprint(job, None)
     (store.root / f"{digest}.exe").write_bytes(b"not an executable")
-    assert store.load(digest) is None and not (store.root / f"{digest}.exe").exists()
+    assert store.load(digest, job.args) is None and not (store.root / f"{digest}.exe").exists()
     jax.clear_caches()
     again = Executables(store=True)
     run = again.get(job)
