@@ -10,7 +10,7 @@ its `Schedule`; `engine.run_continuous` runs them on the device, and `jaxeval pl
                                                        U prompts' suffixes into R rows
     Decode(engine)                                     a decode chunk (until `want` rows are done)
     Peek(rows=8, slots=384, n_new=32)                  the state's host read
-    Shrink(rows=8, target=2, slots=384, n_new=32)      the live rows into a smaller engine
+    Shrink(rows=8, slots=384, n_new=32, target=2)      the live rows into a smaller engine
 
 A round, as the run takes it:
 
@@ -44,18 +44,25 @@ class EngineShape:
 
 
 @dataclasses.dataclass(frozen=True)
-class Init:
-    kind: ClassVar[str] = "init"
+class _OnRows:
+    """A call whose program depends on the engine's rows, slots and new tokens, never on whether
+    it samples (the state's creation, its host read, the tail's move): one executable for both."""
+
+    kind: ClassVar[str]
     rows: int
     slots: int
     n_new: int
 
     @property
     def shape(self) -> EngineShape:
-        return EngineShape(self.rows, self.slots, self.n_new, False)  # the state has no sampler
+        return EngineShape(self.rows, self.slots, self.n_new, False)
 
     def describe(self) -> str:
-        return f"init {self.rows} x {self.slots} slots"
+        return f"{self.kind} {self.rows} x {self.slots} slots"
+
+
+class Init(_OnRows):
+    kind = "init"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,32 +108,14 @@ class Decode:
         return f"decode step {self.engine.rows} x {self.engine.slots} slots"
 
 
-@dataclasses.dataclass(frozen=True)
-class Peek:
-    kind: ClassVar[str] = "peek"
-    rows: int
-    slots: int
-    n_new: int
-
-    @property
-    def shape(self) -> EngineShape:
-        return EngineShape(self.rows, self.slots, self.n_new, False)
-
-    def describe(self) -> str:
-        return f"peek {self.rows} x {self.slots} slots"
+class Peek(_OnRows):
+    kind = "peek"
 
 
 @dataclasses.dataclass(frozen=True)
-class Shrink:
-    kind: ClassVar[str] = "shrink"
-    rows: int
-    target: int
-    slots: int
-    n_new: int
-
-    @property
-    def shape(self) -> EngineShape:
-        return EngineShape(self.rows, self.slots, self.n_new, False)
+class Shrink(_OnRows):
+    kind = "shrink"
+    target: int  # the smaller engine's rows
 
     def describe(self) -> str:
         return f"move {self.rows} -> {self.target} rows of {self.slots} slots"
@@ -144,7 +133,7 @@ def peek_of(shape: EngineShape) -> Peek:
 
 
 def shrink_of(shape: EngineShape, target: int) -> Shrink:
-    return Shrink(shape.rows, target, shape.slots, shape.n_new)
+    return Shrink(shape.rows, shape.slots, shape.n_new, target=target)
 
 
 # ---- one round's steps: a key and what the step works on ---------------------------------------
