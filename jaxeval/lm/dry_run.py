@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from jaxeval.lm.executables import Executables
-from jaxeval.lm.generate.calls import AdmitStep, Init, PrefixStep, ShrinkStep, engine_rounds
+from jaxeval.lm.generate.calls import AdmitStep, PrefixStep, ShrinkStep, engine_rounds, init_of
 from jaxeval.lm.generate.prompts import build_prompts
 from jaxeval.lm.generate.schedule import Schedule
 from jaxeval.lm.generate.shape import engine_plan
@@ -157,7 +157,7 @@ class RecordingGenerator:
             prompts, config, spec=s.spec, shards=s.shards, free_bytes=s.engine_free_bytes
         )
         use, first = self.record.use, task_of[id(prompts[0])]
-        use(Init(shape.rows, shape.slots, shape.n_new), "init", first, 1)
+        use(init_of(shape), "init", first, 1)
         schedule = Schedule(prompts, groups, rows=shape.rows, shards=s.shards, config=config)
         ends: dict[int, int] = {}  # engine row -> the step its prompt's budget runs out
         step = 0
