@@ -118,6 +118,7 @@ def evaluate(
     main = reports_results(lm)
     limits: dict[str, int | None] = {}
     all_instances: list[Instance] = []
+    preflight.check_chat_template(lm, apply_chat_template)
     chat = getattr(lm, "apply_chat_template", None) if apply_chat_template else None
     for name, task in tasks.items():
         limits[name] = preflight.sample_size(len(task.eval_docs), limit, name)

@@ -231,3 +231,23 @@ def warn_chat_model_without_template(model_args: Any, apply_chat_template: bool 
         name,
     )
     return True
+
+
+def check_chat_template(lm: Any, apply_chat_template: bool | str) -> None:
+    """`--apply_chat_template` on a model whose tokenizer has no chat template is a `JaxevalError`
+    before any prompt is built (lm-eval's HF backend fails in transformers on the first prompt).
+    Models without a Hugging Face tokenizer (`lm.tokenizer`) apply their own template."""
+    if not apply_chat_template:
+        return
+    tokenizer = getattr(lm, "tokenizer", None)
+    if tokenizer is None or not hasattr(tokenizer, "chat_template"):
+        return
+    if tokenizer.chat_template or getattr(tokenizer, "default_chat_template", None):
+        return
+    raise JaxevalError(
+        f"the model's tokenizer ({getattr(tokenizer, 'name_or_path', '') or 'given'}) has no "
+        "chat template",
+        field="apply_chat_template",
+        hint="run without --apply_chat_template, or pass tokenizer=<a tokenizer dir with a chat "
+        "template> in --model_args",
+    )

@@ -114,19 +114,35 @@ def load_task_dataset(
             os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
         )
         unreachable = offline or "connect" in f"{type(e).__name__} {e}".lower()
-        hint = (
-            "the dataset is not in the local Hugging Face cache and the hub cannot be reached: "
-            "give local copies with --data_dir DIR (or data_files; see docs/tasks.md), or load "
-            "it once where there is a network so the cache holds it"
-            if unreachable
-            else "check dataset_path, dataset_name and dataset_kwargs"
-        )
+        if _damaged_cache(e):
+            cache = kwargs.get("cache_dir") or datasets.config.HF_DATASETS_CACHE
+            hint = (
+                f"the datasets cache {cache} is damaged (an unreadable Arrow file): remove it "
+                "(it is rebuilt), or point HF_DATASETS_CACHE elsewhere, or give local copies "
+                "with --data_dir DIR"
+            )
+        elif unreachable:
+            hint = (
+                "the dataset is not in the local Hugging Face cache and the hub cannot be "
+                "reached: give local copies with --data_dir DIR (or data_files; see "
+                "docs/tasks.md), or load it once where there is a network so the cache holds it"
+            )
+        else:
+            hint = "check dataset_path, dataset_name and dataset_kwargs"
         raise JaxevalError(
             f"could not load dataset '{path}' (name={name!r}): {type(e).__name__}: {e}",
             task=task,
             field="dataset_path",
             hint=hint,
         ) from None
+
+
+def _damaged_cache(error: BaseException) -> bool:
+    """True for pyarrow's errors on reading a cached Arrow file (truncated, overwritten): the
+    datasets cache is damaged, whatever the network."""
+    import pyarrow
+
+    return isinstance(error, pyarrow.lib.ArrowException)
 
 
 def find_local_files(

@@ -44,16 +44,34 @@ class ReportCommand(Subcommand):
                 hint=f"give 0 to {len(runs) - 1}",
             )
         _make_parent(args.output)
-        path = write_report(
-            runs, args.output, title=args.title, baseline=args.baseline, max_flips=args.max_flips
-        )
+        try:
+            path = write_report(
+                runs,
+                args.output,
+                title=args.title,
+                baseline=args.baseline,
+                max_flips=args.max_flips,
+            )
+        except OSError as e:
+            raise JaxevalError(
+                f"cannot write the report {args.output} ({e.strerror or e})",
+                field="output",
+                hint="give -o a file name in a writable location",
+            ) from None
         tasks = {t for r in runs for t in r.tasks}
         print(f"Report written to {path} ({len(runs)} run(s), {len(tasks)} task(s))")
         return 0
 
 
 def _make_parent(output: str) -> None:
-    """Creates the folders `-o` names; a file in the way or no permission is a `JaxevalError`."""
+    """Creates the folders `-o` names; `-o` a folder, a file in the way or no permission is a
+    `JaxevalError`."""
+    if Path(output).expanduser().is_dir():
+        raise JaxevalError(
+            f"-o {output} is a folder; -o names the HTML file to write",
+            field="output",
+            hint=f"give a file name, e.g. -o {Path(output) / 'report.html'}",
+        )
     parent = Path(output).expanduser().parent
     try:
         parent.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from jaxeval.errors import JaxevalError
 from jaxeval.lm.batch_tokenize import BatchTokenizer
 
 logger = logging.getLogger(__name__)
@@ -61,13 +62,16 @@ def resolve_max_length(
     return default
 
 
-def resolve_prefix_token_id(tokenizer: Any, custom: int | None = None) -> int:
-    """The token put before an empty context or a rolling document: custom, else BOS, else EOS."""
+def resolve_prefix_token_id(tokenizer: Any, custom: int | None = None) -> int | None:
+    """The token put before an empty context or a rolling document: custom, else BOS, else EOS;
+    None for a tokenizer with neither (`Encoder.required_prefix_token_id` names it when needed)."""
     if custom is not None:
         return int(custom)
     if tokenizer.bos_token_id is not None:
         return int(tokenizer.bos_token_id)
-    return int(tokenizer.eos_token_id)
+    if tokenizer.eos_token_id is not None:
+        return int(tokenizer.eos_token_id)
+    return None
 
 
 def move_trailing_whitespace(context: str, continuation: str) -> tuple[str, str]:
@@ -192,7 +196,22 @@ class Encoder:
         self.batch = BatchTokenizer(tokenizer)
         self.add_bos_token = add_bos_token
         self.prefix_token_id = resolve_prefix_token_id(tokenizer, prefix_token_id)
-        self._prefix_str = tokenizer.decode(self.prefix_token_id)
+        self._prefix_str = (
+            tokenizer.decode(self.prefix_token_id) if self.prefix_token_id is not None else ""
+        )
+
+    @property
+    def required_prefix_token_id(self) -> int:
+        """`prefix_token_id` for a request that needs it (an empty context, a rolling window); a
+        tokenizer with no BOS, no EOS and no `prefix_token_id` given is a `JaxevalError`."""
+        if self.prefix_token_id is None:
+            raise JaxevalError(
+                "an empty context or a rolling-loglikelihood window needs a prefix token, and the "
+                "tokenizer has no BOS or EOS token",
+                field="prefix_token_id",
+                hint="pass prefix_token_id=<a token id> in --model_args",
+            )
+        return self.prefix_token_id
 
     def _special_kwargs(self, string: str, add_special_tokens: bool | None) -> dict[str, bool]:
         if add_special_tokens is not None:
@@ -250,9 +269,10 @@ class Encoder:
         """One `(context, continuation)` request -> `(ctx_enc, cont_enc)`, empty context included."""
         if context == "":
             cont = self.tok_encode(continuation, add_special_tokens=False)
-            if cont and cont[0] == self.prefix_token_id:
+            prefix = self.required_prefix_token_id
+            if cont and cont[0] == prefix:
                 return cont[:1], cont[1:]
-            return [self.prefix_token_id], cont
+            return [prefix], cont
         return self.encode_pair(context, continuation)
 
     def encode_requests(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[Tokens, Tokens]]:
@@ -261,13 +281,10 @@ class Encoder:
         empty = [i for i, (c, _) in enumerate(pairs) if c == ""]
         full = [i for i, (c, _) in enumerate(pairs) if c != ""]
         if empty:
+            prefix = self.required_prefix_token_id
             conts = self.tok_encode_many([pairs[i][1] for i in empty], add_special_tokens=False)
             for i, cont in zip(empty, conts):
-                out[i] = (
-                    (cont[:1], cont[1:])
-                    if cont and cont[0] == self.prefix_token_id
-                    else ([self.prefix_token_id], cont)
-                )
+                out[i] = (cont[:1], cont[1:]) if cont and cont[0] == prefix else ([prefix], cont)
         if full:
             moved = [move_trailing_whitespace(*pairs[i]) for i in full]
             wholes = self.tok_encode_many([c + x for c, x in moved])
@@ -279,5 +296,5 @@ class Encoder:
     def rolling_requests(self, text: str, max_length: int) -> list[tuple[Tokens, Tokens]]:
         """`HFLM.loglikelihood_rolling`'s windows for one document, as `(context, continuation)` pairs."""
         return rolling_windows(
-            self.tok_encode(text), prefix_token=self.prefix_token_id, max_length=max_length
+            self.tok_encode(text), prefix_token=self.required_prefix_token_id, max_length=max_length
         )

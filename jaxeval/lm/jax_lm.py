@@ -193,11 +193,11 @@ class JaxLM(LM):
         return self._tokenizer
 
     @property
-    def eot_token_id(self) -> int:
+    def eot_token_id(self) -> int | None:
         return self._tokenizer.eos_token_id
 
     @property
-    def prefix_token_id(self) -> int:
+    def prefix_token_id(self) -> int | None:
         return self.encoder.prefix_token_id
 
     @property
@@ -329,7 +329,9 @@ class JaxLM(LM):
         return totals
 
     def _rolling(self, ids: list[int]) -> list[tuple[list[int], list[int]]]:
-        return rolling_windows(ids, prefix_token=self.prefix_token_id, max_length=self._max_length)
+        return rolling_windows(
+            ids, prefix_token=self.encoder.required_prefix_token_id, max_length=self._max_length
+        )
 
     def loglikelihood_tokens(
         self,

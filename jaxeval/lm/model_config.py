@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from numbers import Integral
 from typing import Any
 
 from jaxeval.errors import JaxevalError
@@ -118,6 +119,19 @@ class JaxLMConfig:
                 "softmax_dtype: log-softmax always runs in float32 here", field="softmax_dtype"
             )
         object.__setattr__(self, "batch_size", parse_batch_size(self.batch_size))
+        budget = self.token_budget
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, Integral)):
+            raise JaxevalError(
+                f"token_budget={budget!r} is not an integer",
+                field="token_budget",
+                hint="give token_budget=N (tokens per scoring batch), or leave it out to fit the device",
+            )
+        if budget is not None and budget < 1:
+            raise JaxevalError(
+                f"token_budget={budget} must be at least 1",
+                field="token_budget",
+                hint="give token_budget=N (tokens per scoring batch), or leave it out to fit the device",
+            )
         if int(self.max_batch_size) < 1:
             raise JaxevalError(
                 f"max_batch_size must be >= 1, got {self.max_batch_size}", field="max_batch_size"
@@ -164,6 +178,7 @@ class JaxLMConfig:
                     field="generation",
                 )
             own["generation"] = _gen_config(gen)
+        own.setdefault("pretrained", None)  # missing: `__post_init__` says what to pass
         return cls(**own)
 
     @property

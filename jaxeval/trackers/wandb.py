@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import socket
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 
@@ -35,6 +38,8 @@ from jaxeval.results.files import handle_non_serializable
 
 log = logging.getLogger(__name__)
 
+PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+PROBE_TIMEOUT_S = 3.0
 RESULT_COLUMNS = ["Version", "Filter", "num_fewshot", "Metric", "Value", "Stderr"]
 _PERPLEXITY_PARTS = {  # per-document (loglikelihood, count) metrics: the count's column name
     "word_perplexity": "words",
@@ -175,6 +180,29 @@ def handle_value(value: Any) -> Any:
     return value
 
 
+def _check_reachable(init_args: dict[str, Any], timeout: float = PROBE_TIMEOUT_S) -> None:
+    """One TCP connection to the W&B server (`WANDB_BASE_URL`, else api.wandb.ai:443) before an
+    online `wandb.init`, which otherwise waits out its `init_timeout` (90 s) on a host without a
+    network; an unreachable server is a `JaxevalError`. Nothing is probed offline
+    (`WANDB_MODE`/`mode` offline or disabled) or behind a proxy (the direct connection says nothing
+    about the proxy's)."""
+    mode = str(init_args.get("mode") or os.environ.get("WANDB_MODE") or "online").lower()
+    if mode in ("offline", "disabled", "dryrun") or any(v in os.environ for v in PROXY_VARS):
+        return
+    url = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai")
+    host = url.hostname or "api.wandb.ai"
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        raise JaxevalError(
+            f"the W&B server ({host}:{port}) cannot be reached ({e.strerror or type(e).__name__})",
+            field="wandb_args",
+            hint="check the network (or WANDB_BASE_URL), or set WANDB_MODE=offline and upload "
+            "later with `wandb sync`",
+        ) from None
+
+
 class WandbTracker:
     """One evaluation run's W&B logging (module docstring). Attaches to an active run if any."""
 
@@ -185,6 +213,7 @@ class WandbTracker:
         if wandb.run is not None:
             self.run = wandb.run
             return
+        _check_reachable(init_args)
         try:
             self.run = wandb.init(**init_args)
         except Exception as e:  # wandb raises its own types, TypeError for an unknown key

@@ -42,3 +42,25 @@ def test_the_run_warns_before_it_loads_anything(caplog):
                 tasks=["no_such_task"],
             )
     assert sum(r.name == "jaxeval.chat_template" for r in caplog.records) == 1
+
+
+def test_chat_template_on_a_model_without_one_is_named_before_the_run(data_root):
+    """lm-eval's HF backend fails deep in transformers here; jaxeval names it before any request."""
+    import jaxeval
+    from jaxeval.api.task_manager import TaskManager
+    from jaxeval.lm.jax_lm import JaxLM
+    from tests.helpers.tiny_models import tiny_checkpoint
+
+    lm = JaxLM(pretrained=tiny_checkpoint("llama"))
+    assert lm.tokenizer.chat_template is None
+    with pytest.raises(JaxevalError, match="has no chat template") as err:
+        jaxeval.simple_evaluate(
+            model=lm,
+            tasks=["arc_easy"],
+            task_manager=TaskManager(data_dir=str(data_root)),
+            limit=2,
+            apply_chat_template=True,
+        )
+    assert err.value.field == "apply_chat_template" and "without --apply_chat_template" in str(
+        err.value
+    )

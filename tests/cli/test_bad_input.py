@@ -151,6 +151,32 @@ def test_report_output_under_a_file(capsys, tmp_path):
     assert blocker.read_text() == "keep"
 
 
+def test_report_output_onto_an_existing_folder(capsys, tmp_path):
+    rc, err = run_cli(capsys, "report", str(RUNS / "lm_eval"), "-o", str(tmp_path))
+    assert rc == 2 and "field 'output'" in err and "is a folder" in err
+    assert "What to do:" in err and len(err.strip().splitlines()) <= 2
+
+
+def test_report_output_onto_an_unwritable_place(capsys, unwritable):
+    out = os.path.join(unwritable, "r.html")
+    rc, err = run_cli(capsys, "report", str(RUNS / "lm_eval"), "-o", out)
+    assert rc == 2 and "field 'output'" in err and "cannot write" in err
+
+
+def test_empty_model_args_names_pretrained(capsys):
+    rc, err = run_cli(capsys, "run", "--model", "jax", "--model_args", "", "--tasks", "x")
+    assert rc == 2 and "pretrained=" in err and "field 'model_args'" in err, err
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "1.5", "many"])
+def test_token_budget_must_be_a_positive_integer(capsys, value):
+    argv = ["--model_args", f"pretrained=/nonexistent/model,token_budget={value}"]
+    rc, err = run_cli(capsys, *RUN[:3], *argv, *RUN[5:])
+    assert rc == 2 and "token_budget=" in err and value in err, err
+    assert "/nonexistent/model" not in err
+    assert "What to do:" in err
+
+
 def test_ls_prints_short_paths_in_columns_as_wide_as_needed(capsys, tmp_path):
     include = tmp_path / "mine"
     include.mkdir()

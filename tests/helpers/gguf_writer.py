@@ -242,11 +242,19 @@ def _add_metadata(w, model_type: str, cfg: dict) -> None:
 
 
 def write_gguf(
-    hf_dir: str, out_path: str, *, name: str = "tiny", fuse_gate_up: bool = False
+    hf_dir: str,
+    out_path: str,
+    *,
+    name: str = "tiny",
+    fuse_gate_up: bool = False,
+    tokens: list[str] | None = None,
+    merges: list[str] | None = None,
 ) -> str:
     """Writes `hf_dir` (config.json + model.safetensors) as a GGUF file at `out_path`: F32, except
     MXFP4 experts of an MXFP4 gpt-oss checkpoint, which stay MXFP4. `fuse_gate_up` writes experts'
-    gate and up as one `ffn_gate_up_exps` tensor (llama.cpp's --fuse-gate-up-exps)."""
+    gate and up as one `ffn_gate_up_exps` tensor (llama.cpp's --fuse-gate-up-exps). `tokens`
+    (default `t0`, `t1`, ...) and `merges` (default none) are the vocabulary: with merges, the
+    file's own tokenizer can be built. The file names no BOS or EOS token either way."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -258,7 +266,9 @@ def write_gguf(
     w.add_name(name)
     _add_metadata(w, model_type, cfg)
     w.add_tokenizer_model("gpt2")
-    w.add_token_list([f"t{i}" for i in range(cfg["vocab_size"])])
+    w.add_token_list(tokens or [f"t{i}" for i in range(cfg["vocab_size"])])
+    if merges is not None:
+        w.add_token_merges(merges)
     for tname, (value, kind) in _tensors(model_type, cfg, sd, fuse_gate_up).items():
         if kind is None:
             w.add_tensor(tname, np.ascontiguousarray(value, dtype=np.float32))

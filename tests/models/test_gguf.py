@@ -212,6 +212,36 @@ def test_tiny_gguf_written_here_is_what_transformers_reads(tmp_path):
     )
 
 
+def test_gguf_without_bos_or_eos_loads_and_names_the_prefix_token_when_needed(tmp_path):
+    """No BOS/EOS is a valid file: scoring and generation (to the budget) run; only an empty
+    context or a rolling window needs a prefix token, and then says to pass prefix_token_id."""
+    import json
+
+    from lm_eval.api.instance import Instance
+
+    from jaxeval.lm.jax_lm import JaxLM
+    from tests.helpers.gguf_writer import write_gguf
+    from tests.helpers.tiny_models import tiny_checkpoint
+
+    hf_dir = tiny_checkpoint("llama")
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    chars = list("abcdefghijklmnopqrstuvwxyzĠ") + ["ab"]
+    tokens = chars + [f"z{i}" for i in range(vocab - len(chars))]
+    path = write_gguf(hf_dir, str(tmp_path / "nobos.gguf"), tokens=tokens, merges=["a b"])
+    lm = JaxLM(pretrained=path)
+    assert lm.eot_token_id is None and lm.prefix_token_id is None
+    [(ll, _)] = lm.loglikelihood([Instance("loglikelihood", {}, ("ab c", " d"), 0)])
+    assert np.isfinite(ll)
+    gen = {"max_gen_toks": 3, "until": ["q"]}
+    [text] = lm.generate_until([Instance("generate_until", {}, ("abc", gen), 0)])
+    assert isinstance(text, str)
+    with pytest.raises(JaxevalError, match="prefix_token_id=<a token id>"):
+        lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, ("abc",), 0)])
+    with pytest.raises(JaxevalError, match="tokenizer has no BOS or EOS"):
+        lm.loglikelihood([Instance("loglikelihood", {}, ("", "abc"), 0)])
+
+
 # config entries a tiny GGUF does not carry (names, token ids) or rounds (epsilon to float32)
 _IGNORED = dict.fromkeys(
     [

@@ -101,6 +101,36 @@ def test_bad_wandb_args_fail_before_the_model_loads(wandb_offline, fake_model, c
     )
 
 
+def test_an_unreachable_wandb_server_fails_at_once(wandb_offline, monkeypatch):
+    """Online, with a well-formed key and no server: named in seconds, before `wandb.init`
+    (which would wait out its 90 s init_timeout)."""
+    import socket
+    import time
+
+    import wandb
+
+    from jaxeval.trackers.wandb import WandbTracker
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once the socket is closed
+    monkeypatch.delenv("WANDB_MODE")
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("WANDB_API_KEY", "a" * 40)
+
+    def never(**kwargs):
+        raise AssertionError("wandb.init was reached")
+
+    monkeypatch.setattr(wandb, "init", never)
+    start = time.monotonic()
+    with pytest.raises(JaxevalError, match="cannot be reached") as err:
+        WandbTracker({"project": "p"}, {})
+    assert time.monotonic() - start < 10
+    assert err.value.field == "wandb_args" and "WANDB_MODE=offline" in str(err.value)
+
+
 def test_without_wandb_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     with pytest.raises(JaxevalError, match=r'pip install "jaxeval\[wandb\]"'):
