@@ -857,8 +857,8 @@ def outside_citations(text: str, repo: pathlib.Path) -> list[str]:
 def test_outside_citations_are_found(tmp_path):
     (tmp_path / "jaxeval" / "lm").mkdir(parents=True)
     (tmp_path / "jaxeval" / "lm" / "setup.py").write_text("")
-    text = "See `lm/setup.py`, `jaxeval/lm/setup.py`, `../shared/DESIGN.md` and `lm/gone.py`."
-    assert outside_citations(text, tmp_path) == ["../shared/DESIGN.md", "lm/gone.py"]
+    text = "See `lm/setup.py`, `jaxeval/lm/setup.py`, `../elsewhere/notes.md` and `lm/gone.py`."
+    assert outside_citations(text, tmp_path) == ["../elsewhere/notes.md", "lm/gone.py"]
 
 
 def test_the_architecture_page_cites_only_the_repository():
