@@ -23,6 +23,7 @@ from jaxeval.cache import CachingLM, ResponseStore, takes_answers
 from jaxeval.lm.answers import on_scored_documents, on_scored_pairs
 from jaxeval.lm.score.scorer import BatchAnswers, answer_arrays, not_run
 from jaxeval.platform import distributed
+from tests.lm.test_resume import CountingStore
 
 
 def _ll(*conts: str) -> list[Instance]:
@@ -66,17 +67,6 @@ class PlainLM:
     def loglikelihood(self, requests):
         self.sent.append(len(requests))
         return [_value(r) for r in requests]
-
-
-class CountingStore(ResponseStore):
-    def __init__(self, path):
-        super().__init__(path)
-        self.commits: list[int] = []
-
-    def put(self, rows):
-        if rows:
-            self.commits.append(len(rows))
-        super().put(rows)
 
 
 def test_takes_answers_reads_the_signature():

@@ -46,7 +46,9 @@ def _ll(*pairs):
     return [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
 
 
-class _CountingStore(ResponseStore):
+class CountingStore(ResponseStore):
+    """A response store that records how many rows each commit wrote."""
+
     def __init__(self, path):
         super().__init__(path)
         self.commits: list[int] = []
@@ -62,7 +64,7 @@ def test_answers_are_committed_batch_by_batch(tmp_path, ckpt):
     from jaxeval.lm.jax_lm import JaxLM
 
     lm = JaxLM(pretrained=ckpt, dtype="float32", mesh="single", max_length=64, token_budget=64)
-    store = _CountingStore(str(tmp_path / "c.db"))
+    store = CountingStore(str(tmp_path / "c.db"))
     cached = CachingLM(lm, store)
     words = ["alpha beta", "gamma", "delta epsilon zeta", "eta", "theta iota", "kappa"]
     reqs = _ll(*[(f"The word {k} is {w} and then", f" {w}") for k in range(3) for w in words])
